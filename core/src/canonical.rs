@@ -1,0 +1,1320 @@
+//! Canonical JSON, digests and identifiers (DreamNet `sha256:dreamnet-sorted-json:v0`).
+//!
+//! This module reproduces, byte for byte, the reference `canonicalize` function and the
+//! helpers built on it (reference semantics §3.1–§3.7):
+//!
+//! * [`canonicalize`] / [`canonicalize_into`]: serialize a [`serde_json::Value`] with no whitespace,
+//!   object keys sorted by **UTF-16 code units** (JavaScript's default `sort()` order, see
+//!   [`cmp_utf16`]), strings escaped like `JSON.stringify`, and every number written with the
+//!   ECMAScript `Number::toString` rules on an IEEE-754 double ([`format_number`]).
+//! * [`canonicalize_json`]: the same over JSON *text*, parsed with `JSON.parse` semantics by a small
+//!   parser of our own, so that lone UTF-16 surrogate escapes (`"\ud800"`) survive and are re-emitted
+//!   as lowercase `\udxxx` escapes, every number becomes a double (so `1e400` is `Infinity`, which is
+//!   then rejected), and a duplicated key keeps its last value.
+//! * [`sha256_hex`], [`canonical_digest`] (`"sha256:dreamnet-sorted-json:v0:" + hex`), [`digest_json`],
+//!   [`receipt_digest`], [`payload_digest`], [`effect_key`] and [`deterministic_resource_id`].
+//!
+//! The digest functions stream the canonical bytes through a fixed stack buffer into SHA-256
+//! instead of materializing the whole canonical string.
+//!
+//! Everything here is pure: no I/O, no clocks, no global state.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+use std::fmt;
+
+use serde_json::{Map, Number, Value};
+use sha2::{Digest, Sha256};
+
+/// Prefix of every canonical digest: `digest = DIGEST_PREFIX + sha256_hex(canonical)`.
+pub const DIGEST_PREFIX: &str = "sha256:dreamnet-sorted-json:v0:";
+
+/// Prefix of [`deterministic_resource_id`] results.
+pub const RESOURCE_ID_PREFIX: &str = "heart:resource:";
+
+/// Maximum nesting depth (arrays plus objects) accepted by [`canonicalize_json`] and
+/// [`digest_json`]. Deeper input is reported as [`CanonicalError::InvalidJson`] instead of
+/// risking a stack overflow.
+pub const MAX_JSON_DEPTH: usize = 512;
+
+/// Errors of this module. `Display` yields the reference implementation's exact messages.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CanonicalError {
+    /// A NaN or infinite number was to be serialized:
+    /// `Canonical JSON Error: Non-finite number <NaN|Infinity|-Infinity> cannot be serialized.`
+    NonFinite(f64),
+    /// A value of an unsupported JavaScript type (the payload is its `typeof`, e.g. `undefined`,
+    /// `bigint`, `function`, `symbol`): `Canonical JSON Error: Unsupported value type <type>`.
+    /// JSON input and `serde_json` values never produce it; it exists for hosts that map
+    /// foreign values onto this module.
+    UnsupportedType(String),
+    /// The JSON text given to [`canonicalize_json`] / [`digest_json`] is not valid JSON
+    /// (the reference would get a `SyntaxError` from `JSON.parse`).
+    InvalidJson {
+        /// What is wrong.
+        message: String,
+        /// Byte offset into the input text where the problem was detected.
+        offset: usize,
+    },
+    /// [`deterministic_resource_id`] got an empty `kind` or `key`:
+    /// `deterministicResourceId: kind and key are required`.
+    ResourceIdArgs,
+}
+
+impl fmt::Display for CanonicalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CanonicalError::NonFinite(x) => {
+                let shown = if x.is_nan() {
+                    "NaN"
+                } else if *x > 0.0 {
+                    "Infinity"
+                } else {
+                    "-Infinity"
+                };
+                write!(
+                    f,
+                    "Canonical JSON Error: Non-finite number {shown} cannot be serialized."
+                )
+            }
+            CanonicalError::UnsupportedType(t) => {
+                write!(f, "Canonical JSON Error: Unsupported value type {t}")
+            }
+            CanonicalError::InvalidJson { message, offset } => {
+                write!(
+                    f,
+                    "Canonical JSON Error: invalid JSON at byte {offset}: {message}"
+                )
+            }
+            CanonicalError::ResourceIdArgs => {
+                f.write_str("deterministicResourceId: kind and key are required")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CanonicalError {}
+
+// ---------------------------------------------------------------------------------------------
+// Output sinks
+// ---------------------------------------------------------------------------------------------
+
+/// Destination of canonical text: a `String`, or a SHA-256 hasher behind a buffer.
+trait Sink {
+    fn put(&mut self, s: &str);
+}
+
+impl Sink for String {
+    #[inline]
+    fn put(&mut self, s: &str) {
+        self.push_str(s);
+    }
+}
+
+/// Size of the stack buffer between the serializer and the hasher.
+const HASH_BUF: usize = 4096;
+
+/// Streams canonical bytes into SHA-256 through a fixed buffer, so the compression function
+/// sees large contiguous runs instead of many tiny updates.
+struct HashSink {
+    hasher: Sha256,
+    buf: [u8; HASH_BUF],
+    len: usize,
+}
+
+impl HashSink {
+    fn new() -> Self {
+        HashSink {
+            hasher: Sha256::new(),
+            buf: [0; HASH_BUF],
+            len: 0,
+        }
+    }
+
+    #[inline]
+    fn flush(&mut self) {
+        if let Some(pending) = self.buf.get(..self.len) {
+            self.hasher.update(pending);
+        }
+        self.len = 0;
+    }
+
+    #[inline]
+    fn put_bytes(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        if end <= HASH_BUF
+            && let Some(dst) = self.buf.get_mut(self.len..end)
+        {
+            dst.copy_from_slice(bytes);
+            self.len = end;
+            return;
+        }
+        self.flush();
+        if bytes.len() >= HASH_BUF / 2 {
+            self.hasher.update(bytes);
+        } else if let Some(dst) = self.buf.get_mut(..bytes.len()) {
+            dst.copy_from_slice(bytes);
+            self.len = bytes.len();
+        }
+    }
+
+    /// Finishes the hash and returns it as 64 lowercase hex characters.
+    fn finish_hex(mut self) -> String {
+        self.flush();
+        let digest = self.hasher.finalize();
+        let mut out = String::with_capacity(64);
+        push_hex(&mut out, digest.as_slice());
+        out
+    }
+
+    /// Finishes the hash and returns `DIGEST_PREFIX + hex`.
+    fn finish_digest(mut self) -> String {
+        self.flush();
+        let digest = self.hasher.finalize();
+        let mut out = String::with_capacity(DIGEST_PREFIX.len() + 64);
+        out.push_str(DIGEST_PREFIX);
+        push_hex(&mut out, digest.as_slice());
+        out
+    }
+}
+
+impl Sink for HashSink {
+    #[inline]
+    fn put(&mut self, s: &str) {
+        self.put_bytes(s.as_bytes());
+    }
+}
+
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends the lowercase hex encoding of `bytes` to `out`.
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    for &b in bytes {
+        out.push(char::from(HEX_DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(HEX_DIGITS[usize::from(b & 0x0f)]));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Strings
+// ---------------------------------------------------------------------------------------------
+
+/// `JSON.stringify` escapes for U+0000..U+001F (lowercase hex, short forms where they exist).
+const CONTROL_ESCAPES: [&str; 32] = [
+    "\\u0000", "\\u0001", "\\u0002", "\\u0003", "\\u0004", "\\u0005", "\\u0006", "\\u0007", "\\b",
+    "\\t", "\\n", "\\u000b", "\\f", "\\r", "\\u000e", "\\u000f", "\\u0010", "\\u0011", "\\u0012",
+    "\\u0013", "\\u0014", "\\u0015", "\\u0016", "\\u0017", "\\u0018", "\\u0019", "\\u001a",
+    "\\u001b", "\\u001c", "\\u001d", "\\u001e", "\\u001f",
+];
+
+/// `true` for the bytes `JSON.stringify` escapes: C0 controls, `"` and `\`.
+const NEEDS_ESCAPE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        table[i] = true;
+        i += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
+/// Writes the escaped body of `s` (no surrounding quotes).
+#[inline]
+fn write_escaped_body<S: Sink>(s: &str, out: &mut S) {
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if !NEEDS_ESCAPE[usize::from(b)] {
+            continue;
+        }
+        // `i` indexes an ASCII byte, so both slice ends are char boundaries.
+        if start < i
+            && let Some(run) = s.get(start..i)
+        {
+            out.put(run);
+        }
+        let escape = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            _ => CONTROL_ESCAPES[usize::from(b & 0x1f)],
+        };
+        out.put(escape);
+        start = i + 1;
+    }
+    if start == 0 {
+        out.put(s);
+    } else if let Some(rest) = s.get(start..)
+        && !rest.is_empty()
+    {
+        out.put(rest);
+    }
+}
+
+/// Writes `s` as a quoted JSON string with `JSON.stringify` escaping.
+#[inline]
+fn write_str<S: Sink>(s: &str, out: &mut S) {
+    out.put("\"");
+    write_escaped_body(s, out);
+    out.put("\"");
+}
+
+/// Writes a string given as UTF-16 code units that may contain lone surrogates, which are
+/// escaped as lowercase `\udxxx` (well-formed `JSON.stringify`).
+fn write_units<S: Sink>(units: &[u16], out: &mut S) {
+    out.put("\"");
+    let mut run = String::new();
+    for decoded in char::decode_utf16(units.iter().copied()) {
+        match decoded {
+            Ok(c) => run.push(c),
+            Err(lone) => {
+                write_escaped_body(&run, out);
+                run.clear();
+                let unit = lone.unpaired_surrogate();
+                let mut escape = String::with_capacity(6);
+                escape.push_str("\\u");
+                push_hex(&mut escape, &unit.to_be_bytes());
+                out.put(&escape);
+            }
+        }
+    }
+    write_escaped_body(&run, out);
+    out.put("\"");
+}
+
+/// Compares two strings the way JavaScript's default `Array.prototype.sort()` does: by UTF-16
+/// code units.
+///
+/// This equals Rust's `str` order except that characters U+E000..U+FFFF sort **after** astral
+/// characters (U+10000 and up, whose UTF-16 lead surrogates are 0xD800..0xDBFF). No decoding is
+/// needed: at the first differing byte both strings are at the same position inside a character,
+/// and only a differing *lead* byte can change the class.
+pub fn cmp_utf16(a: &str, b: &str) -> Ordering {
+    let (ab, bb) = (a.as_bytes(), b.as_bytes());
+    let common = ab.iter().zip(bb).take_while(|(x, y)| x == y).count();
+    match (ab.get(common), bb.get(common)) {
+        (Some(&x), Some(&y)) => {
+            let (rx, ry) = (utf16_rank(x), utf16_rank(y));
+            if rx == ry { x.cmp(&y) } else { rx.cmp(&ry) }
+        }
+        _ => ab.len().cmp(&bb.len()),
+    }
+}
+
+/// Rank of a UTF-8 byte for [`cmp_utf16`]: characters below U+E000 (and continuation bytes) = 0,
+/// astral characters (lead bytes 0xF0..) = 1, U+E000..U+FFFF (lead bytes 0xEE, 0xEF) = 2.
+#[inline]
+fn utf16_rank(b: u8) -> u8 {
+    match b {
+        0xF0..=0xFF => 1,
+        0xEE | 0xEF => 2,
+        _ => 0,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Numbers
+// ---------------------------------------------------------------------------------------------
+
+/// 2^53: every integer of at most this magnitude is an exact double and prints as plain digits.
+const EXACT_INT_LIMIT: u64 = 1 << 53;
+
+/// Formats a finite double with the ECMAScript `Number::toString` rules (shortest round-trip
+/// digits; plain notation for 1e-7 < |n| < 1e21; otherwise `d[.ddd]e±x`; `-0` gives `"0"`).
+///
+/// Returns [`CanonicalError::NonFinite`] for NaN and ±Infinity, as the reference does.
+pub fn format_number(n: f64) -> Result<String, CanonicalError> {
+    if !n.is_finite() {
+        return Err(CanonicalError::NonFinite(n));
+    }
+    let mut out = String::with_capacity(24);
+    write_finite_f64(n, &mut out);
+    Ok(out)
+}
+
+/// Writes a finite double in ECMAScript format.
+#[inline]
+fn write_finite_f64<S: Sink>(n: f64, out: &mut S) {
+    let magnitude = n.abs();
+    // Fast path: integral values up to 2^53 print as their exact digits (this also maps -0 to 0).
+    if magnitude <= EXACT_INT_LIMIT as f64 && n.trunc() == n {
+        // Exact: `magnitude` is an integer no larger than 2^53.
+        let int = magnitude as u64;
+        if n < 0.0 {
+            out.put("-");
+        }
+        write_u64(int, out);
+        return;
+    }
+    let mut buffer = ryu_js::Buffer::new();
+    out.put(buffer.format_finite(n));
+}
+
+/// Writes the decimal digits of `n`.
+#[inline]
+fn write_u64<S: Sink>(mut n: u64, out: &mut S) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        if let Some(slot) = digits.get_mut(start) {
+            // `n % 10` is below 10.
+            *slot = b'0' + (n % 10) as u8;
+        }
+        n /= 10;
+        if n == 0 || start == 0 {
+            break;
+        }
+    }
+    if let Some(Ok(text)) = digits.get(start..).map(std::str::from_utf8) {
+        out.put(text);
+    }
+}
+
+/// Writes a `serde_json::Number` as the double JavaScript would hold.
+#[inline]
+fn write_json_number<S: Sink>(n: &Number, out: &mut S) {
+    if let Some(u) = n.as_u64() {
+        if u <= EXACT_INT_LIMIT {
+            write_u64(u, out);
+        } else {
+            // Round to the nearest double first (u64 -> f64 is round-to-nearest-even).
+            write_finite_f64(u as f64, out);
+        }
+    } else if let Some(i) = n.as_i64() {
+        if i.unsigned_abs() <= EXACT_INT_LIMIT {
+            if i < 0 {
+                out.put("-");
+            }
+            write_u64(i.unsigned_abs(), out);
+        } else {
+            write_finite_f64(i as f64, out);
+        }
+    } else {
+        let f = match n.as_f64() {
+            Some(f) => f,
+            // Only reachable with serde_json's `arbitrary_precision` feature.
+            None => n.to_string().parse::<f64>().unwrap_or(f64::NAN),
+        };
+        if f.is_finite() {
+            write_finite_f64(f, out);
+        } else {
+            // Unreachable without `arbitrary_precision`: serde_json numbers are finite.
+            // `JSON.stringify` writes non-finite numbers as `null`.
+            out.put("null");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// serde_json::Value serializer
+// ---------------------------------------------------------------------------------------------
+
+fn write_value<S: Sink>(value: &Value, out: &mut S) {
+    match value {
+        Value::Null => out.put("null"),
+        Value::Bool(true) => out.put("true"),
+        Value::Bool(false) => out.put("false"),
+        Value::Number(n) => write_json_number(n, out),
+        Value::String(s) => write_str(s, out),
+        Value::Array(items) => {
+            out.put("[");
+            let mut first = true;
+            for item in items {
+                if !first {
+                    out.put(",");
+                }
+                first = false;
+                write_value(item, out);
+            }
+            out.put("]");
+        }
+        Value::Object(map) => write_object(map, out),
+    }
+}
+
+fn write_object<S: Sink>(map: &Map<String, Value>, out: &mut S) {
+    out.put("{");
+    // serde_json's default map iterates in byte order, which is UTF-16 order unless keys mix
+    // U+E000..U+FFFF with astral characters; verify in one pass and only sort when needed
+    // (also covers the `preserve_order` feature, where iteration is insertion order).
+    if map
+        .keys()
+        .is_sorted_by(|a, b| cmp_utf16(a, b) != Ordering::Greater)
+    {
+        write_members(map.iter(), out);
+    } else {
+        let mut members: Vec<(&String, &Value)> = map.iter().collect();
+        members.sort_by(|a, b| cmp_utf16(a.0, b.0));
+        write_members(members.into_iter(), out);
+    }
+    out.put("}");
+}
+
+#[inline]
+fn write_members<'v, S: Sink>(members: impl Iterator<Item = (&'v String, &'v Value)>, out: &mut S) {
+    let mut first = true;
+    for (key, value) in members {
+        if !first {
+            out.put(",");
+        }
+        first = false;
+        write_str(key, out);
+        out.put(":");
+        write_value(value, out);
+    }
+}
+
+/// Canonical JSON text of `value` (reference `canonicalize`).
+///
+/// Infallible: `serde_json` numbers are always finite, and JSON values have no `undefined`,
+/// functions or symbols. (Rust callers model a JS `undefined` member by omitting the field.)
+pub fn canonicalize(value: &Value) -> String {
+    let mut out = String::new();
+    write_value(value, &mut out);
+    out
+}
+
+/// Appends the canonical JSON text of `value` to `out`.
+pub fn canonicalize_into(value: &Value, out: &mut String) {
+    write_value(value, out);
+}
+
+/// Lowercase hex SHA-256 of the canonical JSON of `value` (without the digest prefix).
+pub fn canonical_sha256_hex(value: &Value) -> String {
+    let mut sink = HashSink::new();
+    write_value(value, &mut sink);
+    sink.finish_hex()
+}
+
+/// `DIGEST_PREFIX + sha256_hex(canonicalize(value))`, computed by streaming the canonical bytes
+/// into the hasher (the canonical string is never built).
+pub fn canonical_digest(value: &Value) -> String {
+    let mut sink = HashSink::new();
+    write_value(value, &mut sink);
+    sink.finish_digest()
+}
+
+/// The sendOnce `payload_digest`: identical to [`canonical_digest`].
+pub fn payload_digest(payload: &Value) -> String {
+    canonical_digest(payload)
+}
+
+/// Lowercase hex SHA-256 over the UTF-8 bytes of `s` (reference `sha256Hex`).
+pub fn sha256_hex(s: &str) -> String {
+    let digest = Sha256::digest(s.as_bytes());
+    let mut out = String::with_capacity(64);
+    push_hex(&mut out, digest.as_slice());
+    out
+}
+
+/// Receipt digest (§3.6) without building a `Value`:
+/// `DIGEST_PREFIX + sha256_hex(canonicalize({event, runId, owner, leaseExpiresAt, effectKey}))`,
+/// with `None` written as JSON `null`.
+pub fn receipt_digest(
+    event: &str,
+    run_id: &str,
+    owner: &str,
+    lease_expires_at: Option<&str>,
+    effect_key: Option<&str>,
+) -> String {
+    fn write_opt(v: Option<&str>, out: &mut HashSink) {
+        match v {
+            Some(s) => write_str(s, out),
+            None => out.put("null"),
+        }
+    }
+    let mut sink = HashSink::new();
+    // Keys in UTF-16 order: effectKey < event < leaseExpiresAt < owner < runId.
+    sink.put("{\"effectKey\":");
+    write_opt(effect_key, &mut sink);
+    sink.put(",\"event\":");
+    write_str(event, &mut sink);
+    sink.put(",\"leaseExpiresAt\":");
+    write_opt(lease_expires_at, &mut sink);
+    sink.put(",\"owner\":");
+    write_str(owner, &mut sink);
+    sink.put(",\"runId\":");
+    write_str(run_id, &mut sink);
+    sink.put("}");
+    sink.finish_digest()
+}
+
+/// `"heart:resource:" + sha256_hex(canonicalize({kind, key}))`, i.e. the hash of
+/// `{"key":"…","kind":"…"}`. Either argument empty gives [`CanonicalError::ResourceIdArgs`].
+pub fn deterministic_resource_id(kind: &str, key: &str) -> Result<String, CanonicalError> {
+    if kind.is_empty() || key.is_empty() {
+        return Err(CanonicalError::ResourceIdArgs);
+    }
+    let mut sink = HashSink::new();
+    sink.put("{\"key\":");
+    write_str(key, &mut sink);
+    sink.put(",\"kind\":");
+    write_str(kind, &mut sink);
+    sink.put("}");
+    let hex = sink.finish_hex();
+    let mut id = String::with_capacity(RESOURCE_ID_PREFIX.len() + hex.len());
+    id.push_str(RESOURCE_ID_PREFIX);
+    id.push_str(&hex);
+    Ok(id)
+}
+
+/// `prefix + ":" + sha256_hex(canonicalize(identity))` (reference `effectKey`); independent of
+/// the identity's key order.
+pub fn effect_key(prefix: &str, identity: &Value) -> String {
+    let hex = canonical_sha256_hex(identity);
+    let mut key = String::with_capacity(prefix.len() + 1 + hex.len());
+    key.push_str(prefix);
+    key.push(':');
+    key.push_str(&hex);
+    key
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON text (JSON.parse semantics)
+// ---------------------------------------------------------------------------------------------
+
+/// A parsed JSON string: UTF-8 text (borrowed when it had no escapes), or UTF-16 code units when
+/// it contains a lone surrogate that UTF-8 cannot hold.
+#[derive(Debug)]
+enum JStr<'a> {
+    Text(Cow<'a, str>),
+    Units(Vec<u16>),
+}
+
+impl JStr<'_> {
+    fn to_units(&self) -> Cow<'_, [u16]> {
+        match self {
+            JStr::Text(s) => Cow::Owned(s.encode_utf16().collect()),
+            JStr::Units(u) => Cow::Borrowed(u),
+        }
+    }
+
+    fn cmp_utf16(&self, other: &JStr<'_>) -> Ordering {
+        match (self, other) {
+            (JStr::Text(a), JStr::Text(b)) => cmp_utf16(a, b),
+            _ => self.to_units().cmp(&other.to_units()),
+        }
+    }
+
+    fn write<S: Sink>(&self, out: &mut S) {
+        match self {
+            JStr::Text(s) => write_str(s, out),
+            JStr::Units(u) => write_units(u, out),
+        }
+    }
+}
+
+/// A parsed JSON value; object members are sorted by key and deduplicated (last wins).
+#[derive(Debug)]
+enum JNode<'a> {
+    Null,
+    Bool(bool),
+    Num(f64),
+    Str(JStr<'a>),
+    Arr(Vec<JNode<'a>>),
+    Obj(Vec<(JStr<'a>, JNode<'a>)>),
+}
+
+fn write_node<S: Sink>(node: &JNode<'_>, out: &mut S) -> Result<(), CanonicalError> {
+    match node {
+        JNode::Null => out.put("null"),
+        JNode::Bool(true) => out.put("true"),
+        JNode::Bool(false) => out.put("false"),
+        JNode::Num(n) => {
+            if !n.is_finite() {
+                return Err(CanonicalError::NonFinite(*n));
+            }
+            write_finite_f64(*n, out);
+        }
+        JNode::Str(s) => s.write(out),
+        JNode::Arr(items) => {
+            out.put("[");
+            let mut first = true;
+            for item in items {
+                if !first {
+                    out.put(",");
+                }
+                first = false;
+                write_node(item, out)?;
+            }
+            out.put("]");
+        }
+        JNode::Obj(members) => {
+            out.put("{");
+            let mut first = true;
+            for (key, value) in members {
+                if !first {
+                    out.put(",");
+                }
+                first = false;
+                key.write(out);
+                out.put(":");
+                write_node(value, out)?;
+            }
+            out.put("}");
+        }
+    }
+    Ok(())
+}
+
+/// Accumulates a string that needed unescaping; switches to UTF-16 units on a lone surrogate.
+struct StrBuilder {
+    text: String,
+    units: Option<Vec<u16>>,
+}
+
+impl StrBuilder {
+    fn push_str(&mut self, s: &str) {
+        match &mut self.units {
+            Some(units) => units.extend(s.encode_utf16()),
+            None => self.text.push_str(s),
+        }
+    }
+
+    fn push_char(&mut self, c: char) {
+        match &mut self.units {
+            Some(units) => {
+                let mut pair = [0u16; 2];
+                units.extend_from_slice(c.encode_utf16(&mut pair));
+            }
+            None => self.text.push(c),
+        }
+    }
+
+    fn push_lone_surrogate(&mut self, unit: u16) {
+        let units = self
+            .units
+            .get_or_insert_with(|| self.text.encode_utf16().collect());
+        units.push(unit);
+    }
+
+    fn finish<'a>(self) -> JStr<'a> {
+        match self.units {
+            Some(units) => JStr::Units(units),
+            None => JStr::Text(Cow::Owned(self.text)),
+        }
+    }
+}
+
+/// Recursive-descent parser with `JSON.parse` grammar (RFC 8259; whitespace = space, tab, LF, CR).
+struct Parser<'a> {
+    src: &'a str,
+    bytes: &'a [u8],
+    pos: usize,
+    depth: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn new(src: &'a str) -> Self {
+        Parser {
+            src,
+            bytes: src.as_bytes(),
+            pos: 0,
+            depth: 0,
+        }
+    }
+
+    fn error_at(&self, offset: usize, message: impl Into<String>) -> CanonicalError {
+        CanonicalError::InvalidJson {
+            message: message.into(),
+            offset,
+        }
+    }
+
+    fn unexpected(&self) -> CanonicalError {
+        match self
+            .src
+            .get(self.pos..)
+            .and_then(|rest| rest.chars().next())
+        {
+            Some(c) => self.error_at(self.pos, format!("unexpected character {c:?}")),
+            None => self.error_at(self.pos, "unexpected end of input"),
+        }
+    }
+
+    #[inline]
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    #[inline]
+    fn skip_ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    fn parse_document(mut self) -> Result<JNode<'a>, CanonicalError> {
+        self.skip_ws();
+        let node = self.parse_value()?;
+        self.skip_ws();
+        if self.pos != self.bytes.len() {
+            return Err(self.unexpected());
+        }
+        Ok(node)
+    }
+
+    fn parse_value(&mut self) -> Result<JNode<'a>, CanonicalError> {
+        match self.peek() {
+            Some(b'{') => self.parse_object(),
+            Some(b'[') => self.parse_array(),
+            Some(b'"') => Ok(JNode::Str(self.parse_string()?)),
+            Some(b'-' | b'0'..=b'9') => self.parse_number(),
+            Some(b't') => self.parse_literal("true", JNode::Bool(true)),
+            Some(b'f') => self.parse_literal("false", JNode::Bool(false)),
+            Some(b'n') => self.parse_literal("null", JNode::Null),
+            _ => Err(self.unexpected()),
+        }
+    }
+
+    fn parse_literal(
+        &mut self,
+        word: &'static str,
+        node: JNode<'a>,
+    ) -> Result<JNode<'a>, CanonicalError> {
+        if self
+            .bytes
+            .get(self.pos..)
+            .is_some_and(|rest| rest.starts_with(word.as_bytes()))
+        {
+            self.pos += word.len();
+            Ok(node)
+        } else {
+            Err(self.error_at(self.pos, format!("invalid literal, expected {word}")))
+        }
+    }
+
+    fn enter(&mut self) -> Result<(), CanonicalError> {
+        self.depth += 1;
+        if self.depth > MAX_JSON_DEPTH {
+            return Err(self.error_at(
+                self.pos,
+                format!("nesting deeper than {MAX_JSON_DEPTH} levels"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn parse_array(&mut self) -> Result<JNode<'a>, CanonicalError> {
+        self.enter()?;
+        self.pos += 1; // '['
+        let mut items = Vec::new();
+        self.skip_ws();
+        if self.peek() == Some(b']') {
+            self.pos += 1;
+            self.depth -= 1;
+            return Ok(JNode::Arr(items));
+        }
+        loop {
+            self.skip_ws();
+            items.push(self.parse_value()?);
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b']') => {
+                    self.pos += 1;
+                    break;
+                }
+                _ => return Err(self.unexpected()),
+            }
+        }
+        self.depth -= 1;
+        Ok(JNode::Arr(items))
+    }
+
+    fn parse_object(&mut self) -> Result<JNode<'a>, CanonicalError> {
+        self.enter()?;
+        self.pos += 1; // '{'
+        let mut members: Vec<(JStr<'a>, JNode<'a>)> = Vec::new();
+        self.skip_ws();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            self.depth -= 1;
+            return Ok(JNode::Obj(members));
+        }
+        loop {
+            self.skip_ws();
+            if self.peek() != Some(b'"') {
+                return Err(self.unexpected());
+            }
+            let key = self.parse_string()?;
+            self.skip_ws();
+            if self.peek() != Some(b':') {
+                return Err(self.unexpected());
+            }
+            self.pos += 1;
+            self.skip_ws();
+            let value = self.parse_value()?;
+            members.push((key, value));
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    break;
+                }
+                _ => return Err(self.unexpected()),
+            }
+        }
+        self.depth -= 1;
+        Ok(JNode::Obj(sort_members(members)))
+    }
+
+    /// Parses a string starting at its opening quote.
+    fn parse_string(&mut self) -> Result<JStr<'a>, CanonicalError> {
+        self.pos += 1; // opening '"'
+        let start = self.pos;
+        // Fast path: no escapes, borrow from the input.
+        loop {
+            match self.peek() {
+                None => return Err(self.error_at(self.pos, "unterminated string")),
+                Some(b'"') => {
+                    let text = self.src.get(start..self.pos).unwrap_or_default();
+                    self.pos += 1;
+                    return Ok(JStr::Text(Cow::Borrowed(text)));
+                }
+                Some(b'\\') => break,
+                Some(0x00..=0x1f) => {
+                    return Err(self.error_at(self.pos, "control character in string"));
+                }
+                Some(_) => self.pos += 1,
+            }
+        }
+        let mut builder = StrBuilder {
+            text: String::from(self.src.get(start..self.pos).unwrap_or_default()),
+            units: None,
+        };
+        loop {
+            match self.peek() {
+                None => return Err(self.error_at(self.pos, "unterminated string")),
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(builder.finish());
+                }
+                Some(b'\\') => self.parse_escape(&mut builder)?,
+                Some(0x00..=0x1f) => {
+                    return Err(self.error_at(self.pos, "control character in string"));
+                }
+                Some(_) => {
+                    let run_start = self.pos;
+                    while let Some(b) = self.peek() {
+                        if b == b'"' || b == b'\\' || b < 0x20 {
+                            break;
+                        }
+                        self.pos += 1;
+                    }
+                    // Stops at an ASCII byte or the end: a char boundary.
+                    builder.push_str(self.src.get(run_start..self.pos).unwrap_or_default());
+                }
+            }
+        }
+    }
+
+    /// Parses one escape sequence starting at its backslash.
+    fn parse_escape(&mut self, builder: &mut StrBuilder) -> Result<(), CanonicalError> {
+        let backslash = self.pos;
+        self.pos += 1;
+        let simple = match self.peek() {
+            Some(b'"') => '"',
+            Some(b'\\') => '\\',
+            Some(b'/') => '/',
+            Some(b'b') => '\u{8}',
+            Some(b'f') => '\u{c}',
+            Some(b'n') => '\n',
+            Some(b'r') => '\r',
+            Some(b't') => '\t',
+            Some(b'u') => {
+                self.pos += 1;
+                let unit = self.parse_hex4()?;
+                match unit {
+                    0xD800..=0xDBFF => {
+                        if let Some(trail) = self.peek_trail_surrogate() {
+                            self.pos += 6;
+                            let c = 0x10000
+                                + ((u32::from(unit) - 0xD800) << 10)
+                                + (u32::from(trail) - 0xDC00);
+                            builder.push_char(char::from_u32(c).unwrap_or('\u{FFFD}'));
+                        } else {
+                            builder.push_lone_surrogate(unit);
+                        }
+                    }
+                    0xDC00..=0xDFFF => builder.push_lone_surrogate(unit),
+                    _ => builder.push_char(char::from_u32(u32::from(unit)).unwrap_or('\u{FFFD}')),
+                }
+                return Ok(());
+            }
+            _ => return Err(self.error_at(backslash, "invalid escape sequence")),
+        };
+        self.pos += 1;
+        builder.push_char(simple);
+        Ok(())
+    }
+
+    /// Reads 4 hex digits at the current position.
+    fn parse_hex4(&mut self) -> Result<u16, CanonicalError> {
+        let value = self.bytes.get(self.pos..self.pos + 4).and_then(hex4);
+        match value {
+            Some(v) => {
+                self.pos += 4;
+                Ok(v)
+            }
+            None => Err(self.error_at(self.pos, "invalid \\u escape")),
+        }
+    }
+
+    /// If the input continues with `\uDC00`..`\uDFFF`, returns that unit (without consuming).
+    fn peek_trail_surrogate(&self) -> Option<u16> {
+        let next = self.bytes.get(self.pos..self.pos + 6)?;
+        if next.get(..2) != Some(b"\\u".as_slice()) {
+            return None;
+        }
+        let unit = hex4(next.get(2..)?)?;
+        (0xDC00..=0xDFFF).contains(&unit).then_some(unit)
+    }
+
+    fn parse_number(&mut self) -> Result<JNode<'a>, CanonicalError> {
+        let start = self.pos;
+        if self.peek() == Some(b'-') {
+            self.pos += 1;
+        }
+        match self.peek() {
+            Some(b'0') => self.pos += 1,
+            Some(b'1'..=b'9') => self.skip_digits(),
+            _ => return Err(self.error_at(self.pos, "invalid number: expected a digit")),
+        }
+        if self.peek() == Some(b'.') {
+            self.pos += 1;
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return Err(self.error_at(self.pos, "invalid number: expected a fraction digit"));
+            }
+            self.skip_digits();
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return Err(self.error_at(self.pos, "invalid number: expected an exponent digit"));
+            }
+            self.skip_digits();
+        }
+        let text = self.src.get(start..self.pos).unwrap_or_default();
+        // Rust's float parser is correctly rounded (like JS), and overflows to ±inf like JS.
+        text.parse::<f64>()
+            .map(JNode::Num)
+            .map_err(|_| self.error_at(start, "invalid number"))
+    }
+
+    #[inline]
+    fn skip_digits(&mut self) {
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.pos += 1;
+        }
+    }
+}
+
+/// Decodes 4 ASCII hex digits (either case).
+fn hex4(digits: &[u8]) -> Option<u16> {
+    let digits = digits.get(..4)?;
+    let mut value: u16 = 0;
+    for &d in digits {
+        let nibble = char::from(d).to_digit(16)?;
+        value = (value << 4) | nibble as u16;
+    }
+    Some(value)
+}
+
+/// Sorts object members by UTF-16 key order and keeps the **last** of duplicated keys
+/// (`JSON.parse` overwrites earlier values).
+fn sort_members<'a>(mut members: Vec<(JStr<'a>, JNode<'a>)>) -> Vec<(JStr<'a>, JNode<'a>)> {
+    if members
+        .windows(2)
+        .all(|w| matches!(w, [a, b] if a.0.cmp_utf16(&b.0) == Ordering::Less))
+    {
+        return members;
+    }
+    // Stable: duplicates stay in input order, so the last one of each run wins.
+    members.sort_by(|a, b| a.0.cmp_utf16(&b.0));
+    let mut out: Vec<(JStr<'a>, JNode<'a>)> = Vec::with_capacity(members.len());
+    for member in members {
+        if let Some(last) = out.last_mut()
+            && last.0.cmp_utf16(&member.0) == Ordering::Equal
+        {
+            *last = member;
+            continue;
+        }
+        out.push(member);
+    }
+    out
+}
+
+/// Canonical JSON of JSON *text*, with `JSON.parse` semantics (lone surrogate escapes kept,
+/// numbers as doubles, last duplicate key wins).
+///
+/// Errors: [`CanonicalError::InvalidJson`] for text `JSON.parse` would reject (or nesting deeper
+/// than [`MAX_JSON_DEPTH`]); [`CanonicalError::NonFinite`] for a number that overflows a double
+/// (e.g. `1e400`), reported for the first one in canonical order, as the reference would.
+pub fn canonicalize_json(text: &str) -> Result<String, CanonicalError> {
+    let node = Parser::new(text).parse_document()?;
+    let mut out = String::with_capacity(text.len());
+    write_node(&node, &mut out)?;
+    Ok(out)
+}
+
+/// `DIGEST_PREFIX + sha256_hex(canonicalize_json(text)?)`, streaming into the hasher.
+pub fn digest_json(text: &str) -> Result<String, CanonicalError> {
+    let node = Parser::new(text).parse_document()?;
+    let mut sink = HashSink::new();
+    write_node(&node, &mut sink)?;
+    Ok(sink.finish_digest())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fmt(n: f64) -> String {
+        format_number(n).unwrap()
+    }
+
+    #[test]
+    fn number_formatting_edge_cases() {
+        let cases: &[(f64, &str)] = &[
+            (0.0, "0"),
+            (-0.0, "0"),
+            (1.0, "1"),
+            (-1.0, "-1"),
+            (1.5, "1.5"),
+            (-123.456, "-123.456"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (1.0 / 3.0, "0.3333333333333333"),
+            (1e20, "100000000000000000000"),
+            (1e21, "1e+21"),
+            (-1e21, "-1e+21"),
+            (123456789012345680000.0, "123456789012345680000"),
+            (1e-6, "0.000001"),
+            (1e-7, "1e-7"),
+            (-1e-7, "-1e-7"),
+            (1.5e-7, "1.5e-7"),
+            (123e-20, "1.23e-18"),
+            (1.5e300, "1.5e+300"),
+            (5e-324, "5e-324"),
+            (-5e-324, "-5e-324"),
+            (f64::MAX, "1.7976931348623157e+308"),
+            (f64::MIN_POSITIVE, "2.2250738585072014e-308"),
+            (9007199254740992.0, "9007199254740992"),
+            (9007199254740994.0, "9007199254740994"),
+            (18446744073709551615u64 as f64, "18446744073709552000"),
+            (12345678901234567890u64 as f64, "12345678901234567000"),
+            (-9223372036854775808i64 as f64, "-9223372036854776000"),
+            (0.000123, "0.000123"),
+            (100.0, "100"),
+            (1e15 + 0.5, "1000000000000000.5"),
+            (4.35, "4.35"),
+            (2f64.powi(60), "1152921504606847000"),
+        ];
+        for &(n, expected) in cases {
+            assert_eq!(fmt(n), expected, "formatting {n:e}");
+        }
+    }
+
+    #[test]
+    fn non_finite_numbers_are_errors_with_reference_messages() {
+        let nan = format_number(f64::NAN).unwrap_err();
+        assert_eq!(
+            nan.to_string(),
+            "Canonical JSON Error: Non-finite number NaN cannot be serialized."
+        );
+        assert_eq!(
+            format_number(f64::INFINITY).unwrap_err().to_string(),
+            "Canonical JSON Error: Non-finite number Infinity cannot be serialized."
+        );
+        assert_eq!(
+            format_number(f64::NEG_INFINITY).unwrap_err().to_string(),
+            "Canonical JSON Error: Non-finite number -Infinity cannot be serialized."
+        );
+    }
+
+    #[test]
+    fn serde_numbers_go_through_f64() {
+        let v: Value = serde_json::from_str(
+            "[18446744073709551615,12345678901234567890,-9223372036854775808,9007199254740993,\
+             9007199254740992,-9007199254740992,-9007199254740993,0,-0,-0.0,1.0,1e21]",
+        )
+        .unwrap();
+        assert_eq!(
+            canonicalize(&v),
+            "[18446744073709552000,12345678901234567000,-9223372036854776000,9007199254740992,\
+             9007199254740992,-9007199254740992,-9007199254740992,0,0,0,1,1e+21]"
+        );
+    }
+
+    #[test]
+    fn utf16_order() {
+        let mut keys = vec![
+            "\u{ff5a}",
+            "\u{1f600}",
+            "\u{e000}",
+            "\u{e9}",
+            "a",
+            "B",
+            "_",
+            "",
+            "aa",
+            "ab",
+            "\u{10000}",
+            "\u{d7ff}",
+        ];
+        keys.sort_by(|a, b| cmp_utf16(a, b));
+        assert_eq!(
+            keys,
+            vec![
+                "",
+                "B",
+                "_",
+                "a",
+                "aa",
+                "ab",
+                "\u{e9}",
+                "\u{d7ff}",
+                "\u{10000}",
+                "\u{1f600}",
+                "\u{e000}",
+                "\u{ff5a}"
+            ]
+        );
+        assert_eq!(cmp_utf16("x\u{ffff}", "x\u{10ffff}"), Ordering::Greater);
+        assert_eq!(cmp_utf16("x\u{10ffff}", "x\u{10000}"), Ordering::Greater);
+        assert_eq!(cmp_utf16("ab", "abc"), Ordering::Less);
+        assert_eq!(cmp_utf16("abc", "abc"), Ordering::Equal);
+        assert_eq!(cmp_utf16("\u{7ff}", "\u{800}"), Ordering::Less);
+        // Exhaustive agreement with encode_utf16 on a spread of code points.
+        let sample: Vec<String> = [
+            0x0u32, 0x1f, 0x41, 0x7f, 0x80, 0x7ff, 0x800, 0xd7ff, 0xe000, 0xefff, 0xf000, 0xfffd,
+            0xffff, 0x10000, 0x1f600, 0x10ffff,
+        ]
+        .iter()
+        .filter_map(|&c| char::from_u32(c))
+        .flat_map(|c| [c.to_string(), format!("{c}a"), format!("a{c}")])
+        .collect();
+        for a in &sample {
+            for b in &sample {
+                let expected = a.encode_utf16().cmp(b.encode_utf16());
+                assert_eq!(cmp_utf16(a, b), expected, "{a:?} vs {b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn map_with_astral_and_private_use_keys_is_resorted() {
+        let v = json!({"\u{e000}": 1, "\u{1f600}": 2, "a": 3});
+        assert_eq!(canonicalize(&v), "{\"a\":3,\"\u{1f600}\":2,\"\u{e000}\":1}");
+    }
+
+    #[test]
+    fn string_escaping() {
+        let v = json!("\u{0}\u{1f}\u{8}\t\n\u{b}\u{c}\r\"\\/\u{7f}\u{80}\u{9f}\u{2028}\u{2029}é😀");
+        assert_eq!(
+            canonicalize(&v),
+            "\"\\u0000\\u001f\\b\\t\\n\\u000b\\f\\r\\\"\\\\/\u{7f}\u{80}\u{9f}\u{2028}\u{2029}é😀\""
+        );
+    }
+
+    #[test]
+    fn json_text_lone_surrogates_and_duplicates() {
+        assert_eq!(
+            canonicalize_json(r#"{"b":"\uD800x\uDC00","a":1,"a":2,"\uDBFF":0}"#).unwrap(),
+            r#"{"a":2,"b":"\ud800x\udc00","\udbff":0}"#
+        );
+        assert_eq!(
+            canonicalize_json(r#""\ud83d\ude00\ud83d""#).unwrap(),
+            "\"\u{1f600}\\ud83d\""
+        );
+        // A lone trail surrogate key sorts after astral keys (0xDC00 > 0xD83D).
+        assert_eq!(
+            canonicalize_json(r#"{"\udc00":1,"\ud83d\ude00":2,"\ue000":3}"#).unwrap(),
+            "{\"\u{1f600}\":2,\"\\udc00\":1,\"\u{e000}\":3}"
+        );
+        assert_eq!(
+            canonicalize_json(" [ 1 , -0 , 1E2 ] ").unwrap(),
+            "[1,0,100]"
+        );
+    }
+
+    #[test]
+    fn json_text_errors() {
+        for bad in [
+            "",
+            "{",
+            "[1,]",
+            "{\"a\":1,}",
+            "01",
+            "1.",
+            ".5",
+            "+1",
+            "NaN",
+            "Infinity",
+            "'a'",
+            "\"\t\"",
+            "\"\\x\"",
+            "\"\\u12\"",
+            "[1] x",
+            "tru",
+            "\u{feff}1",
+            "{a:1}",
+            "1e",
+        ] {
+            match canonicalize_json(bad) {
+                Err(CanonicalError::InvalidJson { .. }) => {}
+                other => panic!("{bad:?} gave {other:?}"),
+            }
+        }
+        let deep = "[".repeat(MAX_JSON_DEPTH + 1) + &"]".repeat(MAX_JSON_DEPTH + 1);
+        assert!(matches!(
+            canonicalize_json(&deep),
+            Err(CanonicalError::InvalidJson { .. })
+        ));
+        let ok = "[".repeat(MAX_JSON_DEPTH) + &"]".repeat(MAX_JSON_DEPTH);
+        assert_eq!(canonicalize_json(&ok).unwrap(), ok);
+        assert_eq!(
+            canonicalize_json("{\"b\":1e400,\"a\":-1e400}")
+                .unwrap_err()
+                .to_string(),
+            "Canonical JSON Error: Non-finite number -Infinity cannot be serialized."
+        );
+    }
+
+    #[test]
+    fn digests_agree_with_string_path() {
+        let v = json!({"z": [1, 2.5, "x\u{1}"], "a": {"é": null, "b": true}});
+        let canonical = canonicalize(&v);
+        assert_eq!(
+            canonical_digest(&v),
+            format!("{DIGEST_PREFIX}{}", sha256_hex(&canonical))
+        );
+        assert_eq!(digest_json(&v.to_string()).unwrap(), canonical_digest(&v));
+        // Large enough to exercise the hash buffer's flush and bypass paths.
+        let big = json!({"s": "x".repeat(10_000), "t": "y".repeat(3000), "u": "z".repeat(100)});
+        assert_eq!(
+            canonical_digest(&big),
+            format!("{DIGEST_PREFIX}{}", sha256_hex(&canonicalize(&big)))
+        );
+        assert_eq!(
+            sha256_hex(""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    #[test]
+    fn resource_id_errors() {
+        assert_eq!(
+            deterministic_resource_id("", "").unwrap_err().to_string(),
+            "deterministicResourceId: kind and key are required"
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! Drivers: thin loops that feed a [`Machine`] what it needs.
+//!
+//! * [`LeaseStore`] + [`drive`]: the sync driver (memory store, SQLite, sync PostgreSQL,
+//!   the component's imported `lease-store`).
+//! * [`AsyncLeaseStore`] + [`drive_async`]: the async driver for Rust async stores.
+//! * Bindings drive machines themselves from their own event loops (see the crate docs).
+
+use std::collections::HashSet;
+
+use crate::error::{HeartError, StoreError};
+use crate::machine::{Answer, Event, Machine, Need, ProbeVerdict, Step};
+use crate::metrics::HeartMetrics;
+use crate::model::IntentRow;
+use crate::receipt::{HeartReceipt, ReceiptSink};
+use crate::request::{StoreAnswer, StoreRequest};
+
+/// A synchronous store: executes one request atomically.
+pub trait LeaseStore {
+    /// Executes `req`, or reports a failure (never a silent miss).
+    fn execute(&mut self, req: StoreRequest) -> Result<StoreAnswer, StoreError>;
+}
+
+impl<S: LeaseStore + ?Sized> LeaseStore for &mut S {
+    fn execute(&mut self, req: StoreRequest) -> Result<StoreAnswer, StoreError> {
+        (**self).execute(req)
+    }
+}
+
+/// An asynchronous store.
+pub trait AsyncLeaseStore {
+    /// Executes `req`, or reports a failure.
+    fn execute(&self, req: StoreRequest) -> impl std::future::Future<Output = Result<StoreAnswer, StoreError>>;
+}
+
+/// Where metric changes and receipts of machines end up: the fleet's counters and sink.
+pub struct Recorder {
+    /// The 13 counters.
+    pub metrics: HeartMetrics,
+    /// Receipts kept when no sink was given (`receipts()` in the reference).
+    pub receipts: Vec<HeartReceipt>,
+    /// The host's sink (`onReceipt`); when set, `receipts` stays empty as in the reference.
+    pub sink: Option<Box<dyn ReceiptSink>>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder { metrics: HeartMetrics::default(), receipts: Vec::new(), sink: None }
+    }
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder").field("metrics", &self.metrics).field("receipts", &self.receipts.len()).finish()
+    }
+}
+
+impl Recorder {
+    /// Applies events in order: the counter first, then the receipt, as the reference does.
+    pub fn absorb(&mut self, events: Vec<Event>) {
+        for e in events {
+            match e {
+                Event::Metric(c) => self.metrics.bump(c),
+                Event::Receipt(r) => match self.sink.as_mut() {
+                    Some(sink) => sink.emit(&r),
+                    None => self.receipts.push(r),
+                },
+            }
+        }
+    }
+}
+
+/// The reference's in-process effect ledger: a set of `(runId, effectKey)`.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryEffectLedger {
+    seen: HashSet<(String, String)>,
+}
+
+impl MemoryEffectLedger {
+    /// `recordOnce`: true the first time.
+    pub fn record_once(&mut self, run_id: &str, effect_key: &str) -> bool {
+        self.seen.insert((run_id.to_owned(), effect_key.to_owned()))
+    }
+}
+
+/// Which ledger guards an effect.
+#[derive(Debug)]
+pub enum Ledger<'a> {
+    /// An in-process set (lost on restart).
+    Memory(&'a mut MemoryEffectLedger),
+    /// The store's `effect_intents` table (`DurableEffectLedger`).
+    Durable,
+}
+
+/// Answers the non-store needs of a machine in the sync driver.
+pub trait Host {
+    /// Records an effect key once.
+    fn record_once(&mut self, run_id: &str, effect_key: &str) -> Result<bool, StoreError>;
+    /// Runs the effect; its value is the result (or `external_ref` for send-once).
+    fn effect(&mut self, effect_key: &str, epoch: Option<i64>) -> Result<serde_json::Value, String>;
+    /// Probes a dispatched intent's channel.
+    fn probe(&mut self, intent: &IntentRow) -> Result<ProbeVerdict, String>;
+}
+
+/// A host for operations that need nothing but the store.
+#[derive(Debug, Default)]
+pub struct NoHost;
+
+impl Host for NoHost {
+    fn record_once(&mut self, _: &str, _: &str) -> Result<bool, StoreError> {
+        Err(StoreError("this operation has no effect ledger".into()))
+    }
+    fn effect(&mut self, _: &str, _: Option<i64>) -> Result<serde_json::Value, String> {
+        Err("this operation has no effect".into())
+    }
+    fn probe(&mut self, _: &IntentRow) -> Result<ProbeVerdict, String> {
+        Ok(ProbeVerdict::Unknown)
+    }
+}
+
+/// The sync driving loop (the numbered steps in the crate docs).
+pub fn drive<T: 'static, S: LeaseStore + ?Sized>(
+    mut machine: Machine<T>,
+    store: &mut S,
+    recorder: &mut Recorder,
+    host: &mut dyn Host,
+) -> Result<T, HeartError> {
+    let mut step = machine.start();
+    loop {
+        recorder.absorb(machine.drain_events());
+        let need = match step {
+            Step::Done(result) => return result,
+            Step::Need(need) => need,
+        };
+        let answer = match need {
+            Need::Store(req) => Answer::Store(store.execute(req)),
+            Need::RecordOnce { run_id, effect_key } => Answer::Recorded(host.record_once(&run_id, &effect_key)),
+            Need::Effect { effect_key, epoch } => Answer::Effect(host.effect(&effect_key, epoch)),
+            Need::Probe { intent } => Answer::Probe(host.probe(&intent)),
+        };
+        step = machine.resume(answer);
+    }
+}
+
+/// The async driving loop: store requests are awaited on `store`; other needs go to
+/// `other`, which must answer them.
+pub async fn drive_async<T: 'static, S: AsyncLeaseStore>(
+    mut machine: Machine<T>,
+    store: &S,
+    recorder: &mut Recorder,
+    mut other: impl AsyncFnMut(Need) -> Answer,
+) -> Result<T, HeartError> {
+    let mut step = machine.start();
+    loop {
+        recorder.absorb(machine.drain_events());
+        let need = match step {
+            Step::Done(result) => return result,
+            Step::Need(need) => need,
+        };
+        let answer = match need {
+            Need::Store(req) => Answer::Store(store.execute(req).await),
+            need => other(need).await,
+        };
+        step = machine.resume(answer);
+    }
+}

@@ -1,0 +1,294 @@
+//! The deterministic memory store: an injectable clock, an injectable id source, and
+//! injectable failures, evaluating every request with the core's own evaluator.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::driver::LeaseStore;
+use crate::error::StoreError;
+use crate::model::{DispatchLogEntry, InstanceRow, InstanceStatus, IntentRow, IntentState, RunRow};
+use crate::request::{Lookup, RunOrder, StoreAnswer, StoreReply, StoreRequest, apply_update};
+use crate::time::Timestamp;
+
+/// Runs, intents, the dispatch log and instances in memory. Single-threaded by design:
+/// each request applies atomically because nothing else runs during it.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    now: Timestamp,
+    runs: Vec<RunRow>,
+    index: HashMap<String, usize>,
+    keys_seen: std::collections::HashSet<String>,
+    intents: BTreeMap<(String, String), IntentRow>,
+    log: Vec<DispatchLogEntry>,
+    instances: BTreeMap<String, InstanceRow>,
+    next_id: u64,
+    failures: Vec<(String, u32)>,
+    requests: u64,
+}
+
+struct Tables<'a> {
+    runs: &'a [RunRow],
+    index: &'a HashMap<String, usize>,
+    instances: &'a BTreeMap<String, InstanceRow>,
+}
+
+impl Lookup for Tables<'_> {
+    fn run(&self, run_id: &str) -> Option<&RunRow> {
+        self.index.get(run_id).and_then(|i| self.runs.get(*i))
+    }
+    fn instance(&self, instance_id: &str) -> Option<&InstanceRow> {
+        self.instances.get(instance_id)
+    }
+}
+
+impl MemoryStore {
+    /// A store whose clock starts at `now` (the reference defaults to the Unix epoch).
+    pub fn new(now: Timestamp) -> MemoryStore {
+        MemoryStore { now, ..MemoryStore::default() }
+    }
+
+    /// The clock.
+    pub fn now(&self) -> Timestamp {
+        self.now
+    }
+
+    /// Sets the clock.
+    pub fn set_now(&mut self, now: Timestamp) {
+        self.now = now;
+    }
+
+    /// Moves the clock by `ms` (may be negative: clock jumps are a test input).
+    pub fn advance(&mut self, ms: i64) {
+        self.now = Timestamp(self.now.0.saturating_add(ms));
+    }
+
+    /// Inserts a run as the reference's `insert` does: the idempotency key must be new
+    /// (keys are never forgotten) and both timestamps are set to the clock.
+    pub fn insert(&mut self, mut run: RunRow) -> Result<(), StoreError> {
+        if !self.keys_seen.insert(run.idempotency_key.clone()) {
+            return Err(StoreError(format!("Idempotency key collision: {}", run.idempotency_key)));
+        }
+        if self.index.contains_key(&run.id) {
+            return Err(StoreError(format!("duplicate run id: {}", run.id)));
+        }
+        run.created_at = self.now;
+        run.updated_at = self.now;
+        self.index.insert(run.id.clone(), self.runs.len());
+        self.runs.push(run);
+        Ok(())
+    }
+
+    /// Inserts an instance row as given (tests seed liveness this way).
+    pub fn insert_instance(&mut self, row: InstanceRow) {
+        self.instances.insert(row.instance_id.clone(), row);
+    }
+
+    /// Inserts an intent row as given (tests seed crash states this way).
+    pub fn insert_intent(&mut self, row: IntentRow) {
+        self.intents.insert((row.run_id.clone(), row.effect_key.clone()), row);
+    }
+
+    /// A run.
+    pub fn run(&self, run_id: &str) -> Option<&RunRow> {
+        self.index.get(run_id).and_then(|i| self.runs.get(*i))
+    }
+
+    /// Every run, in insertion order.
+    pub fn runs(&self) -> &[RunRow] {
+        &self.runs
+    }
+
+    /// Every intent, by key.
+    pub fn intents(&self) -> impl Iterator<Item = &IntentRow> {
+        self.intents.values()
+    }
+
+    /// The dispatch log.
+    pub fn dispatch_log(&self) -> &[DispatchLogEntry] {
+        &self.log
+    }
+
+    /// Every instance, by id.
+    pub fn instances(&self) -> impl Iterator<Item = &InstanceRow> {
+        self.instances.values()
+    }
+
+    /// Makes the next `times` requests whose op name (`update_run`, `claim_intent`, …, or
+    /// `*` for any) matches fail with a store error, changing nothing.
+    pub fn fail_next(&mut self, op: &str, times: u32) {
+        self.failures.push((op.to_owned(), times));
+    }
+
+    /// How many requests the store has answered (or failed).
+    pub fn request_count(&self) -> u64 {
+        self.requests
+    }
+
+    fn fresh_uuid(&mut self) -> String {
+        self.next_id += 1;
+        format!("00000000-0000-4000-8000-{:012x}", self.next_id)
+    }
+
+    fn injected_failure(&mut self, op: &str) -> bool {
+        for (name, left) in &mut self.failures {
+            if *left > 0 && (name == op || name == "*") {
+                *left -= 1;
+                return true;
+            }
+        }
+        false
+    }
+
+    fn tables(&self) -> Tables<'_> {
+        Tables { runs: &self.runs, index: &self.index, instances: &self.instances }
+    }
+
+    fn answer(&mut self, req: StoreRequest) -> Result<StoreReply, String> {
+        let now = self.now;
+        Ok(match req {
+            StoreRequest::Now => StoreReply::Now,
+            StoreRequest::ReadRun { run_id } => StoreReply::Run { run: self.run(&run_id).cloned() },
+            StoreRequest::UpdateRun { run_id, when, set, want_before } => {
+                let Some(&i) = self.index.get(&run_id) else {
+                    return Ok(StoreReply::RunWrite { before: None, after: None });
+                };
+                let Some(current) = self.runs.get(i) else {
+                    return Err("run index out of sync".to_owned());
+                };
+                let next = apply_update(current, &when, &set, now, &self.tables())?;
+                let before = (want_before && next.is_some()).then(|| current.clone());
+                if let (Some(row), Some(slot)) = (&next, self.runs.get_mut(i)) {
+                    *slot = row.clone();
+                }
+                StoreReply::RunWrite { before, after: next }
+            }
+            StoreRequest::ScanRuns { when, order, limit } => {
+                let t = self.tables();
+                let mut runs: Vec<RunRow> = self.runs.iter().filter(|r| when.eval(*r, now, &t)).cloned().collect();
+                match order {
+                    RunOrder::ExpiresAt => runs.sort_by(|a, b| (a.lease_expires_at, &a.id).cmp(&(b.lease_expires_at, &b.id))),
+                    RunOrder::UpdatedAtDesc => runs.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id))),
+                }
+                runs.truncate(limit as usize);
+                StoreReply::Runs { runs }
+            }
+            StoreRequest::EnsureRun(new) => {
+                if let Some(run) = self.runs.iter().find(|r| r.idempotency_key == new.idempotency_key) {
+                    return Ok(StoreReply::Ensured { run: run.clone(), created: false });
+                }
+                let id = self.fresh_uuid();
+                let mut run = RunRow::ready(id, new.idempotency_key, now);
+                run.assignment_id = self.fresh_uuid();
+                run.objective = new.objective;
+                run.created_by = new.created_by;
+                self.insert(run.clone()).map_err(|e| e.0)?;
+                StoreReply::Ensured { run, created: true }
+            }
+            StoreRequest::ClaimIntent(new) => {
+                let key = (new.run_id.clone(), new.effect_key.clone());
+                let (claimed, outcome, detail) = match self.intents.get(&key) {
+                    Some(_) => (false, "deduped", None),
+                    None => (true, "claimed", Some(serde_json::json!({ "channel": new.channel }))),
+                };
+                if claimed {
+                    let row = IntentRow {
+                        run_id: new.run_id.clone(),
+                        effect_key: new.effect_key.clone(),
+                        state: IntentState::Intent,
+                        channel: new.channel,
+                        payload_digest: new.payload_digest,
+                        fence_owner: None,
+                        fence_expires_at: None,
+                        fence_epoch: None,
+                        external_ref: None,
+                        attempts: 0,
+                        last_error: None,
+                        created_at: now,
+                        committed_at: None,
+                    };
+                    self.intents.insert(key.clone(), row);
+                }
+                self.log.push(DispatchLogEntry { run_id: key.0.clone(), effect_key: key.1.clone(), attempt: 0, outcome: outcome.into(), at: Some(now), detail });
+                let intent = self.intents.get(&key).cloned().ok_or("intent vanished")?;
+                StoreReply::Claim { intent, claimed }
+            }
+            StoreRequest::UpdateIntent { run_id, effect_key, when, set, log } => {
+                let key = (run_id, effect_key);
+                let Some(row) = self.intents.get(&key) else {
+                    return Ok(StoreReply::Intent { intent: None });
+                };
+                let next = apply_update(row, &when, &set, now, &self.tables())?;
+                if let Some(row) = &next {
+                    self.intents.insert(key, row.clone());
+                    if let Some(mut entry) = log {
+                        entry.at = Some(now);
+                        self.log.push(entry);
+                    }
+                }
+                StoreReply::Intent { intent: next }
+            }
+            StoreRequest::ScanIntents { when, limit } => {
+                let t = self.tables();
+                let mut intents: Vec<IntentRow> = self.intents.values().filter(|r| when.eval(*r, now, &t)).cloned().collect();
+                intents.sort_by(|a, b| (a.fence_expires_at, &a.run_id, &a.effect_key).cmp(&(b.fence_expires_at, &b.run_id, &b.effect_key)));
+                intents.truncate(limit as usize);
+                StoreReply::Intents { intents }
+            }
+            StoreRequest::ReadLog { run_id, effect_key } => StoreReply::Log {
+                entries: self.log.iter().filter(|e| e.run_id == run_id && e.effect_key == effect_key).cloned().collect(),
+            },
+            StoreRequest::UpsertInstance { instance_id, hostname, pid, metadata } => {
+                let row = InstanceRow { instance_id: instance_id.clone(), hostname, pid, status: InstanceStatus::Alive, started_at: now, last_heartbeat: now, metadata };
+                self.instances.insert(instance_id, row.clone());
+                StoreReply::Instances { instances: vec![row] }
+            }
+            StoreRequest::UpdateInstances { when, set } => {
+                let t = self.tables();
+                let mut written = Vec::new();
+                for row in self.instances.values() {
+                    if let Some(next) = apply_update(row, &when, &set, now, &t)? {
+                        written.push(next);
+                    }
+                }
+                for row in &written {
+                    self.instances.insert(row.instance_id.clone(), row.clone());
+                }
+                StoreReply::Instances { instances: written }
+            }
+            StoreRequest::ScanInstances { when } => {
+                let t = self.tables();
+                StoreReply::Instances { instances: self.instances.values().filter(|r| when.eval(*r, now, &t)).cloned().collect() }
+            }
+        })
+    }
+}
+
+/// The op name of a request, as used by [`MemoryStore::fail_next`] and in scenarios.
+pub fn op_name(req: &StoreRequest) -> &'static str {
+    match req {
+        StoreRequest::Now => "now",
+        StoreRequest::ReadRun { .. } => "read_run",
+        StoreRequest::UpdateRun { .. } => "update_run",
+        StoreRequest::ScanRuns { .. } => "scan_runs",
+        StoreRequest::EnsureRun(_) => "ensure_run",
+        StoreRequest::ClaimIntent(_) => "claim_intent",
+        StoreRequest::UpdateIntent { .. } => "update_intent",
+        StoreRequest::ScanIntents { .. } => "scan_intents",
+        StoreRequest::ReadLog { .. } => "read_log",
+        StoreRequest::UpsertInstance { .. } => "upsert_instance",
+        StoreRequest::UpdateInstances { .. } => "update_instances",
+        StoreRequest::ScanInstances { .. } => "scan_instances",
+    }
+}
+
+impl LeaseStore for MemoryStore {
+    fn execute(&mut self, req: StoreRequest) -> Result<StoreAnswer, StoreError> {
+        self.requests += 1;
+        if self.injected_failure(op_name(&req)) {
+            return Err(StoreError(format!("injected failure on {}", op_name(&req))));
+        }
+        let now = self.now;
+        // `answer` evaluates everything before it mutates, so an error changes nothing.
+        let reply = self.answer(req).map_err(|e| StoreError(format!("memory store: {e}")))?;
+        Ok(StoreAnswer { now, reply })
+    }
+}
