@@ -21,7 +21,7 @@ pub struct MemoryStore {
     log: Vec<DispatchLogEntry>,
     instances: BTreeMap<String, InstanceRow>,
     next_id: u64,
-    failures: Vec<(String, u32)>,
+    failures: Vec<(String, u32, u32)>,
     requests: u64,
 }
 
@@ -115,7 +115,13 @@ impl MemoryStore {
     /// Makes the next `times` requests whose op name (`update_run`, `claim_intent`, …, or
     /// `*` for any) matches fail with a store error, changing nothing.
     pub fn fail_next(&mut self, op: &str, times: u32) {
-        self.failures.push((op.to_owned(), times));
+        self.fail_after(op, 0, times);
+    }
+
+    /// Like [`MemoryStore::fail_next`], but lets `skip` matching requests through first
+    /// (to fail the second write of a multi-write operation).
+    pub fn fail_after(&mut self, op: &str, skip: u32, times: u32) {
+        self.failures.push((op.to_owned(), skip, times));
     }
 
     /// How many requests the store has answered (or failed).
@@ -129,8 +135,12 @@ impl MemoryStore {
     }
 
     fn injected_failure(&mut self, op: &str) -> bool {
-        for (name, left) in &mut self.failures {
+        for (name, skip, left) in &mut self.failures {
             if *left > 0 && (name == op || name == "*") {
+                if *skip > 0 {
+                    *skip -= 1;
+                    return false;
+                }
                 *left -= 1;
                 return true;
             }

@@ -213,6 +213,7 @@ pub struct GuardResult {
 
 /// `sendOnce`'s result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SendResult {
     /// Whether the send happened now.
     pub sent: bool,
