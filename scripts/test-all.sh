@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs whatever is missing on a fresh machine, then runs every test.
+# (The README's test command; `.ci/run` calls it after the static checks.)
+#
+#   bash scripts/test-all.sh
+#
+# What it installs when absent: the rustfmt/clippy components, the wasm32-unknown-unknown
+# target, and a PostgreSQL server from Debian's packages (started here, with a database
+# `heart_test` owned by role `heart`), which the Postgres tests use through DATABASE_URL.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "toolchain"
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+
+step "postgresql"
+source scripts/postgres.sh
+ensure_postgres
+echo "DATABASE_URL=$DATABASE_URL"
+
+step "cargo test (workspace)"
+cargo test --workspace --all-targets --no-fail-fast
+cargo test --workspace --doc
+
+step "conformance scenarios are what the generator produces"
+python3 tests/conformance/tools/generate.py >/dev/null
+if ! git diff --quiet -- tests/conformance; then
+  git diff --stat -- tests/conformance
+  echo "tests/conformance/*.json differ from tools/generate.py output" >&2
+  exit 1
+fi
+
+step "the core links into a wasm32-unknown-unknown module with zero imports"
+cargo build -p heart-fleet-wasm-check --target wasm32-unknown-unknown --release
+python3 scripts/wasm_imports.py target/wasm32-unknown-unknown/release/heart_fleet_wasm_check.wasm
+
+step "the CLI's main job (simulate) on a fresh store"
+cargo run --release -q --bin heart-fleet -- simulate --json --seed 7 --crash-rate 0.2 | tee /tmp/heart-simulate.json
+python3 - <<'PY'
+import json
+r = json.load(open("/tmp/heart-simulate.json"))
+bad = {k: r[k] for k in ("exclusion_violations", "duplicate_effects", "stale_commits", "unfinished_runs") if r[k] != 0}
+assert not bad, bad
+print("simulate safety report: all counts 0")
+PY
+
+echo
+echo "all tests passed"
