@@ -33,6 +33,7 @@ pub trait AsyncLeaseStore {
 }
 
 /// Where metric changes and receipts of machines end up: the fleet's counters and sink.
+#[derive(Default)]
 pub struct Recorder {
     /// The 13 counters.
     pub metrics: HeartMetrics,
@@ -40,12 +41,6 @@ pub struct Recorder {
     pub receipts: Vec<HeartReceipt>,
     /// The host's sink (`onReceipt`); when set, `receipts` stays empty as in the reference.
     pub sink: Option<Box<dyn ReceiptSink>>,
-}
-
-impl Default for Recorder {
-    fn default() -> Self {
-        Recorder { metrics: HeartMetrics::default(), receipts: Vec::new(), sink: None }
-    }
 }
 
 impl std::fmt::Debug for Recorder {

@@ -9,7 +9,10 @@ use crate::error::{ErrorCode, HeartError, StoreError};
 use crate::machine::{Machine, ProbeVerdict};
 use crate::metrics::HeartMetrics;
 use crate::model::{FencingToken, InstanceRow, IntentRow, RunRow, RunStatus};
-use crate::ops::{self, AcquireResult, Fenced, FleetConfig, GuardResult, LivenessSummary, LostCause, ReclaimSummary, ReconcileSummary, ReleaseTo, SendResult};
+use crate::ops::{
+    self, AcquireResult, Fenced, FleetConfig, GuardResult, LivenessSummary, LostCause, ReclaimSummary,
+    ReconcileSummary, ReleaseTo, SendResult,
+};
 use crate::receipt::{HeartReceipt, ReceiptSink};
 use crate::request::StoreRequest;
 use crate::session::{LeaseSession, NotRunReason};
@@ -227,7 +230,12 @@ impl<S: LeaseStore> HeartFleet<S> {
         self.run(ops::reclaim_dead_instance_runs(self.config, ttl_ms, limit))
     }
 
-    fn durable_record_once(store: &mut S, recorder: &mut Recorder, run_id: &str, key: &str) -> Result<bool, StoreError> {
+    fn durable_record_once(
+        store: &mut S,
+        recorder: &mut Recorder,
+        run_id: &str,
+        key: &str,
+    ) -> Result<bool, StoreError> {
         drive(ops::durable_record_once(run_id, key), store, recorder, &mut NoHost).map_err(|e| StoreError(e.message))
     }
 
@@ -267,9 +275,12 @@ impl<S: LeaseStore> HeartFleet<S> {
             use crate::machine::{Answer, Need};
             let answer = match need {
                 Need::Store(req) => Answer::Store(self.store.execute(req)),
-                Need::RecordOnce { run_id, effect_key } => {
-                    Answer::Recorded(Self::durable_record_once(&mut self.store, &mut self.recorder, &run_id, &effect_key))
-                }
+                Need::RecordOnce { run_id, effect_key } => Answer::Recorded(Self::durable_record_once(
+                    &mut self.store,
+                    &mut self.recorder,
+                    &run_id,
+                    &effect_key,
+                )),
                 Need::Effect { epoch, .. } => Answer::Effect(match effect.take() {
                     Some(f) => f(epoch),
                     None => Err("the effect was already run".into()),
@@ -305,12 +316,23 @@ impl<S: LeaseStore> HeartFleet<S> {
     }
 
     /// Find or create a resource run (fix 8).
-    pub fn ensure_resource_run(&mut self, kind: &str, key: &str, objective: &str, created_by: &str) -> Result<(RunRow, bool), HeartError> {
+    pub fn ensure_resource_run(
+        &mut self,
+        kind: &str,
+        key: &str,
+        objective: &str,
+        created_by: &str,
+    ) -> Result<(RunRow, bool), HeartError> {
         self.run(ops::ensure_resource_run(kind, key, objective, created_by))
     }
 
     /// Registers an instance.
-    pub fn register_instance(&mut self, id: &str, hostname: Option<&str>, pid: Option<i64>) -> Result<InstanceRow, HeartError> {
+    pub fn register_instance(
+        &mut self,
+        id: &str,
+        hostname: Option<&str>,
+        pid: Option<i64>,
+    ) -> Result<InstanceRow, HeartError> {
         self.run(ops::register_instance(id, hostname, pid, None))
     }
 
@@ -349,12 +371,20 @@ impl<S: LeaseStore> HeartFleet<S> {
         opts: &LeaseOptions,
         work: impl FnOnce(&mut LeaseContext<'_, S>) -> Result<T, E>,
     ) -> Result<Result<ExecuteOutcome<T>, E>, HeartError> {
-        let not_run = |reason, code| ExecuteOutcome { ran: false, result: None, reason: Some(reason), code, lost: None, released: false };
+        let not_run = |reason, code| ExecuteOutcome {
+            ran: false,
+            result: None,
+            reason: Some(reason),
+            code,
+            lost: None,
+            released: false,
+        };
         let mut session = match LeaseSession::new(opts.ttl_seconds, opts.renew_every_ms) {
             Ok(s) => s,
             Err(_) => return Ok(Ok(not_run(NotRunReason::LeaseError, Some(ErrorCode::InvalidInput)))),
         };
-        let started = self.store.execute(StoreRequest::Now).map_err(|e| HeartError::store("execute: read the clock", &e))?.now.0;
+        let started =
+            self.store.execute(StoreRequest::Now).map_err(|e| HeartError::store("execute: read the clock", &e))?.now.0;
         let acq = self.acquire(&opts.run_id, &opts.owner, opts.ttl_seconds)?;
         let Some(fence) = acq.fence.filter(|_| acq.acquired) else {
             let reason = if acq.run.is_none() { NotRunReason::LeaseError } else { NotRunReason::LeaseHeld };
@@ -373,6 +403,13 @@ impl<S: LeaseStore> HeartFleet<S> {
             Some(fence) => matches!(self.release(fence, to), Ok(Fenced::Ok { .. })),
             None => false,
         };
-        Ok(outcome.map(|result| ExecuteOutcome { ran: true, result: Some(result), reason: None, code: None, lost: session.lost(), released }))
+        Ok(outcome.map(|result| ExecuteOutcome {
+            ran: true,
+            result: Some(result),
+            reason: None,
+            code: None,
+            lost: session.lost(),
+            released,
+        }))
     }
 }

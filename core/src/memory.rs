@@ -175,8 +175,12 @@ impl MemoryStore {
                 let t = self.tables();
                 let mut runs: Vec<RunRow> = self.runs.iter().filter(|r| when.eval(*r, now, &t)).cloned().collect();
                 match order {
-                    RunOrder::ExpiresAt => runs.sort_by(|a, b| (a.lease_expires_at, &a.id).cmp(&(b.lease_expires_at, &b.id))),
-                    RunOrder::UpdatedAtDesc => runs.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id))),
+                    RunOrder::ExpiresAt => {
+                        runs.sort_by(|a, b| (a.lease_expires_at, &a.id).cmp(&(b.lease_expires_at, &b.id)))
+                    }
+                    RunOrder::UpdatedAtDesc => {
+                        runs.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(a.id.cmp(&b.id)))
+                    }
                 }
                 runs.truncate(limit as usize);
                 StoreReply::Runs { runs }
@@ -217,7 +221,14 @@ impl MemoryStore {
                     };
                     self.intents.insert(key.clone(), row);
                 }
-                self.log.push(DispatchLogEntry { run_id: key.0.clone(), effect_key: key.1.clone(), attempt: 0, outcome: outcome.into(), at: Some(now), detail });
+                self.log.push(DispatchLogEntry {
+                    run_id: key.0.clone(),
+                    effect_key: key.1.clone(),
+                    attempt: 0,
+                    outcome: outcome.into(),
+                    at: Some(now),
+                    detail,
+                });
                 let intent = self.intents.get(&key).cloned().ok_or("intent vanished")?;
                 StoreReply::Claim { intent, claimed }
             }
@@ -238,16 +249,32 @@ impl MemoryStore {
             }
             StoreRequest::ScanIntents { when, limit } => {
                 let t = self.tables();
-                let mut intents: Vec<IntentRow> = self.intents.values().filter(|r| when.eval(*r, now, &t)).cloned().collect();
-                intents.sort_by(|a, b| (a.fence_expires_at, &a.run_id, &a.effect_key).cmp(&(b.fence_expires_at, &b.run_id, &b.effect_key)));
+                let mut intents: Vec<IntentRow> =
+                    self.intents.values().filter(|r| when.eval(*r, now, &t)).cloned().collect();
+                intents.sort_by(|a, b| {
+                    (a.fence_expires_at, &a.run_id, &a.effect_key).cmp(&(b.fence_expires_at, &b.run_id, &b.effect_key))
+                });
                 intents.truncate(limit as usize);
                 StoreReply::Intents { intents }
             }
             StoreRequest::ReadLog { run_id, effect_key } => StoreReply::Log {
-                entries: self.log.iter().filter(|e| e.run_id == run_id && e.effect_key == effect_key).cloned().collect(),
+                entries: self
+                    .log
+                    .iter()
+                    .filter(|e| e.run_id == run_id && e.effect_key == effect_key)
+                    .cloned()
+                    .collect(),
             },
             StoreRequest::UpsertInstance { instance_id, hostname, pid, metadata } => {
-                let row = InstanceRow { instance_id: instance_id.clone(), hostname, pid, status: InstanceStatus::Alive, started_at: now, last_heartbeat: now, metadata };
+                let row = InstanceRow {
+                    instance_id: instance_id.clone(),
+                    hostname,
+                    pid,
+                    status: InstanceStatus::Alive,
+                    started_at: now,
+                    last_heartbeat: now,
+                    metadata,
+                };
                 self.instances.insert(instance_id, row.clone());
                 StoreReply::Instances { instances: vec![row] }
             }
@@ -266,7 +293,9 @@ impl MemoryStore {
             }
             StoreRequest::ScanInstances { when } => {
                 let t = self.tables();
-                StoreReply::Instances { instances: self.instances.values().filter(|r| when.eval(*r, now, &t)).cloned().collect() }
+                StoreReply::Instances {
+                    instances: self.instances.values().filter(|r| when.eval(*r, now, &t)).cloned().collect(),
+                }
             }
         })
     }

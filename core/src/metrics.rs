@@ -141,7 +141,11 @@ impl HeartMetrics {
         let mut out = String::new();
         for c in Counter::ALL {
             let name = c.prometheus_name();
-            out.push_str(&format!("# HELP {name} heart-fleet {} counter.\n# TYPE {name} counter\n{name} {}\n", c.name(), self.get(c)));
+            out.push_str(&format!(
+                "# HELP {name} heart-fleet {} counter.\n# TYPE {name} counter\n{name} {}\n",
+                c.name(),
+                self.get(c)
+            ));
         }
         out
     }

@@ -12,8 +12,8 @@ use crate::metrics::Counter;
 use crate::model::{CHANNELS, FencingToken, InstanceRow, IntentRow, IntentState, RunRow, RunStatus};
 use crate::receipt::{HeartEvent, HeartReceipt};
 use crate::request::{
-    Assign, Cond, Expr, InstanceCol, IntentCol, NewIntent, NewRun, RunCol, RunOrder, StoreReply, StoreRequest,
-    Val, held, holds_token,
+    Assign, Cond, Expr, InstanceCol, IntentCol, NewIntent, NewRun, RunCol, RunOrder, StoreReply, StoreRequest, Val,
+    held, holds_token,
 };
 use crate::time::Timestamp;
 
@@ -233,7 +233,13 @@ pub struct SendResult {
 
 impl SendResult {
     fn refused(reason: &str, code: ErrorCode) -> SendResult {
-        SendResult { sent: false, external_ref: None, committed: None, reason: Some(reason.to_owned()), code: Some(code) }
+        SendResult {
+            sent: false,
+            external_ref: None,
+            committed: None,
+            reason: Some(reason.to_owned()),
+            code: Some(code),
+        }
     }
 }
 
@@ -281,11 +287,7 @@ pub struct LivenessSummary {
 }
 
 fn require(name: &str, value: &str) -> Result<(), HeartError> {
-    if value.is_empty() {
-        Err(HeartError::invalid(format!("{name} must be a non-empty string")))
-    } else {
-        Ok(())
-    }
+    if value.is_empty() { Err(HeartError::invalid(format!("{name} must be a non-empty string"))) } else { Ok(()) }
 }
 
 /// Fix 10: a ttl is an integer number of seconds in `1..=31_536_000`.
@@ -303,7 +305,10 @@ pub fn validate_token(token: &FencingToken) -> Result<(), HeartError> {
     require("fence.owner", &token.owner)
 }
 
-fn run_write(answer: crate::request::StoreAnswer, step: &str) -> Result<(Timestamp, Option<RunRow>, Option<RunRow>), HeartError> {
+fn run_write(
+    answer: crate::request::StoreAnswer,
+    step: &str,
+) -> Result<(Timestamp, Option<RunRow>, Option<RunRow>), HeartError> {
     match answer.reply {
         StoreReply::RunWrite { before, after } => Ok((answer.now, before, after)),
         other => Err(mismatch(step, &Answer::Store(Ok(crate::request::StoreAnswer { now: answer.now, reply: other })))),
@@ -399,9 +404,17 @@ pub fn acquire(cfg: FleetConfig, run_id: &str, owner: &str, ttl_seconds: i64) ->
             (RunCol::UpdatedAt, Expr::Now),
             (RunCol::FencingEpoch, Expr::Add(RunCol::FencingEpoch, 1)),
             // fix 3: a takeover of a dead holder's lease counts as a recovery.
-            (RunCol::Retries, Expr::Case(Box::new(was_ready), Box::new(Expr::Add(RunCol::Retries, 0)), Box::new(Expr::Add(RunCol::Retries, 1)))),
+            (
+                RunCol::Retries,
+                Expr::Case(
+                    Box::new(was_ready),
+                    Box::new(Expr::Add(RunCol::Retries, 0)),
+                    Box::new(Expr::Add(RunCol::Retries, 1)),
+                ),
+            ),
         ];
-        let (now, before, after) = update_run(&io, "acquire: conditional write", &run_id, acquirable, set, true).await?;
+        let (now, before, after) =
+            update_run(&io, "acquire: conditional write", &run_id, acquirable, set, true).await?;
         if let Some(after) = after {
             if let Some(prev) = before.as_ref().filter(|b| b.status.is_held()) {
                 io.bump(Counter::Reclaims);
@@ -410,11 +423,25 @@ pub fn acquire(cfg: FleetConfig, run_id: &str, owner: &str, ttl_seconds: i64) ->
             }
             io.bump(Counter::AcquireWins);
             let Some(expiry) = after.lease_expires_at else {
-                return Err(HeartError::new(ErrorCode::StoreProtocol, "acquire: the store returned a lease without an expiry"));
+                return Err(HeartError::new(
+                    ErrorCode::StoreProtocol,
+                    "acquire: the store returned a lease without an expiry",
+                ));
             };
             io.receipt(HeartReceipt::new(HeartEvent::Acquired, &run_id, &owner, Some(expiry), None, now));
-            let fence = FencingToken { run_id: run_id.clone(), owner: owner.clone(), lease_expires_at: expiry, epoch: Some(after.fencing_epoch) };
-            return Ok(AcquireResult { acquired: true, run: Some(after), fence: Some(fence), reason: None, code: None });
+            let fence = FencingToken {
+                run_id: run_id.clone(),
+                owner: owner.clone(),
+                lease_expires_at: expiry,
+                epoch: Some(after.fencing_epoch),
+            };
+            return Ok(AcquireResult {
+                acquired: true,
+                run: Some(after),
+                fence: Some(fence),
+                reason: None,
+                code: None,
+            });
         }
         let (now, row) = read_run(&io, "acquire: read after a miss", &run_id).await?;
         let Some(row) = row else {
@@ -430,13 +457,22 @@ pub fn acquire(cfg: FleetConfig, run_id: &str, owner: &str, ttl_seconds: i64) ->
                 Cond::Eq(RunCol::LeaseExpiresAt, Val::opt_time(row.lease_expires_at)),
                 Cond::ExpiredAt(RunCol::LeaseExpiresAt),
             ]);
-            let (now, _, after) = update_run(&io, "acquire: quarantine at the ceiling", &run_id, when, recovery_set(cfg), false).await?;
+            let (now, _, after) =
+                update_run(&io, "acquire: quarantine at the ceiling", &run_id, when, recovery_set(cfg), false).await?;
             if let Some(after) = after {
                 record_recovery(&io, row.lease_owner.as_deref(), &after, now);
-                return Ok(AcquireResult::failed(Some(after), "Quarantined: the run reached its retry ceiling", ErrorCode::Quarantined));
+                return Ok(AcquireResult::failed(
+                    Some(after),
+                    "Quarantined: the run reached its retry ceiling",
+                    ErrorCode::Quarantined,
+                ));
             }
             io.bump(Counter::AcquireCollisions);
-            return Ok(AcquireResult::failed(Some(row), "Collision: another owner won the lease", ErrorCode::Collision));
+            return Ok(AcquireResult::failed(
+                Some(row),
+                "Collision: another owner won the lease",
+                ErrorCode::Collision,
+            ));
         }
         io.bump(Counter::AcquireCollisions);
         if !row.can_acquire(now) {
@@ -457,16 +493,31 @@ pub fn renew(token: &FencingToken, ttl_seconds: i64) -> Machine<Fenced<FencingTo
     let token = token.clone();
     Machine::new(move |io| async move {
         let set = vec![(RunCol::LeaseExpiresAt, Expr::NowPlus(ttl_ms)), (RunCol::UpdatedAt, Expr::Now)];
-        let (now, _, after) = update_run(&io, "renew: conditional write", &token.run_id, holds_token(&token), set, false).await?;
+        let (now, _, after) =
+            update_run(&io, "renew: conditional write", &token.run_id, holds_token(&token), set, false).await?;
         match after.and_then(|a| a.lease_expires_at) {
             Some(expiry) => {
                 io.bump(Counter::Renews);
-                io.receipt(HeartReceipt::new(HeartEvent::Renewed, &token.run_id, &token.owner, Some(expiry), None, now));
+                io.receipt(HeartReceipt::new(
+                    HeartEvent::Renewed,
+                    &token.run_id,
+                    &token.owner,
+                    Some(expiry),
+                    None,
+                    now,
+                ));
                 Ok(Fenced::Ok { value: FencingToken { lease_expires_at: expiry, ..token } })
             }
             None => {
                 io.bump(Counter::RenewFailures);
-                io.receipt(HeartReceipt::new(HeartEvent::FenceRejected, &token.run_id, &token.owner, Some(token.lease_expires_at), None, now));
+                io.receipt(HeartReceipt::new(
+                    HeartEvent::FenceRejected,
+                    &token.run_id,
+                    &token.owner,
+                    Some(token.lease_expires_at),
+                    None,
+                    now,
+                ));
                 let (now, row) = read_run(&io, "renew: read after a refusal", &token.run_id).await?;
                 Ok(Fenced::Rejected { cause: LostCause::explain(row.as_ref(), &token, now) })
             }
@@ -500,16 +551,23 @@ pub fn release(token: &FencingToken, to: ReleaseTo) -> Machine<Fenced<RunRow>> {
             return Ok(Fenced::Ok { value: row });
         }
         let (now2, row) = read_run(&io, "release: read after a refusal", &token.run_id).await?;
-        if to == ReleaseTo::Ready {
-            if let Some(r) = row.as_ref().filter(|r| !r.idempotency_key.starts_with(RESOURCE_PREFIX)) {
-                return Err(HeartError::invalid(format!(
-                    "release to ready is only for resource runs ({RESOURCE_PREFIX}… keys); run {} has key {:?}",
-                    r.id, r.idempotency_key
-                )));
-            }
+        if to == ReleaseTo::Ready
+            && let Some(r) = row.as_ref().filter(|r| !r.idempotency_key.starts_with(RESOURCE_PREFIX))
+        {
+            return Err(HeartError::invalid(format!(
+                "release to ready is only for resource runs ({RESOURCE_PREFIX}… keys); run {} has key {:?}",
+                r.id, r.idempotency_key
+            )));
         }
         io.bump(Counter::ReleaseFailures);
-        io.receipt(HeartReceipt::new(HeartEvent::FenceRejected, &token.run_id, &token.owner, Some(token.lease_expires_at), None, now));
+        io.receipt(HeartReceipt::new(
+            HeartEvent::FenceRejected,
+            &token.run_id,
+            &token.owner,
+            Some(token.lease_expires_at),
+            None,
+            now,
+        ));
         Ok(Fenced::Rejected { cause: LostCause::explain(row.as_ref(), &token, now2) })
     })
 }
@@ -517,7 +575,8 @@ pub fn release(token: &FencingToken, to: ReleaseTo) -> Machine<Fenced<RunRow>> {
 async fn verify_inner(io: &Io, token: &FencingToken) -> Result<(bool, Timestamp), HeartError> {
     // fix 2: one conditional write that writes nothing when it rejects.
     let set = vec![(RunCol::UpdatedAt, Expr::Now)];
-    let (now, _, after) = update_run(io, "verify: conditional write", &token.run_id, holds_token(token), set, false).await?;
+    let (now, _, after) =
+        update_run(io, "verify: conditional write", &token.run_id, holds_token(token), set, false).await?;
     let ok = after.is_some();
     let (counter, event) = if ok {
         (Counter::FenceVerifications, HeartEvent::FenceVerified)
@@ -556,7 +615,11 @@ pub fn reclaim_expired(cfg: FleetConfig, limit: u32) -> Machine<ReclaimSummary> 
                 Cond::Eq(RunCol::LeaseExpiresAt, Val::opt_time(run.lease_expires_at)),
                 Cond::ExpiredAt(RunCol::LeaseExpiresAt),
             ]);
-            let step = format!("reclaim: write for run {} after {} recovered", run.id, summary.reclaimed_ids.len() + summary.quarantined_ids.len());
+            let step = format!(
+                "reclaim: write for run {} after {} recovered",
+                run.id,
+                summary.reclaimed_ids.len() + summary.quarantined_ids.len()
+            );
             let (now, _, after) = update_run(&io, &step, &run.id, when, recovery_set(cfg), false).await?;
             match after {
                 Some(after) => {
@@ -567,7 +630,9 @@ pub fn reclaim_expired(cfg: FleetConfig, limit: u32) -> Machine<ReclaimSummary> 
                         summary.reclaimed_ids.push(run.id);
                     }
                 }
-                None => summary.errors.push(RunError { run_id: run.id, error: "No rows updated (renewed mid-scan)".to_owned() }),
+                None => summary
+                    .errors
+                    .push(RunError { run_id: run.id, error: "No rows updated (renewed mid-scan)".to_owned() }),
             }
         }
         Ok(summary)
@@ -585,7 +650,12 @@ pub fn guard_irreversible(token: &FencingToken, effect_key: &str) -> Machine<Gua
     Machine::new(move |io| async move {
         let (live, now) = verify_inner(&io, &token).await?;
         if !live {
-            return Ok(GuardResult { committed: false, result: None, reason: Some("fence-rejected".into()), code: Some(ErrorCode::FenceRejected) });
+            return Ok(GuardResult {
+                committed: false,
+                result: None,
+                reason: Some("fence-rejected".into()),
+                code: Some(ErrorCode::FenceRejected),
+            });
         }
         let first = match io.ask(Need::RecordOnce { run_id: token.run_id.clone(), effect_key: key.clone() }).await? {
             Answer::Recorded(Ok(first)) => first,
@@ -595,7 +665,12 @@ pub fn guard_irreversible(token: &FencingToken, effect_key: &str) -> Machine<Gua
         if !first {
             io.bump(Counter::EffectDedupes);
             io.receipt(effect_receipt(HeartEvent::EffectDeduped, &token, &key, now));
-            return Ok(GuardResult { committed: false, result: None, reason: Some("already-committed".into()), code: Some(ErrorCode::Deduped) });
+            return Ok(GuardResult {
+                committed: false,
+                result: None,
+                reason: Some("already-committed".into()),
+                code: Some(ErrorCode::Deduped),
+            });
         }
         match io.ask(Need::Effect { effect_key: key.clone(), epoch: token.epoch }).await? {
             Answer::Effect(Ok(result)) => {
@@ -621,7 +696,12 @@ pub fn durable_record_once(run_id: &str, effect_key: &str) -> Machine<bool> {
     if let Err(e) = require("runId", run_id).and(require("effectKey", effect_key)) {
         return Machine::done(Err(e));
     }
-    let intent = NewIntent { run_id: run_id.to_owned(), effect_key: effect_key.to_owned(), channel: "internal".into(), payload_digest: String::new() };
+    let intent = NewIntent {
+        run_id: run_id.to_owned(),
+        effect_key: effect_key.to_owned(),
+        channel: "internal".into(),
+        payload_digest: String::new(),
+    };
     Machine::new(move |io| async move {
         let a = io.store("record once: claim", StoreRequest::ClaimIntent(intent)).await?;
         match a.reply {
@@ -647,7 +727,8 @@ async fn update_intent(
         at: None,
         detail,
     });
-    let req = StoreRequest::UpdateIntent { run_id: row.run_id.clone(), effect_key: row.effect_key.clone(), when, set, log };
+    let req =
+        StoreRequest::UpdateIntent { run_id: row.run_id.clone(), effect_key: row.effect_key.clone(), when, set, log };
     let a = io.store(step, req).await?;
     match a.reply {
         StoreReply::Intent { intent } => Ok((a.now, intent)),
@@ -703,7 +784,14 @@ pub fn send_once(token: &FencingToken, channel: &str, effect_key: &str, payload:
         let redispatchable = row.state == IntentState::Intent && !row.payload_digest.is_empty();
         let dedupe = |io: &Io, now: Timestamp| {
             io.bump(Counter::EffectDedupes);
-            io.receipt(HeartReceipt::new(HeartEvent::EffectDeduped, &token.run_id, &token.owner, Some(token.lease_expires_at), Some(&key), now));
+            io.receipt(HeartReceipt::new(
+                HeartEvent::EffectDeduped,
+                &token.run_id,
+                &token.owner,
+                Some(token.lease_expires_at),
+                Some(&key),
+                now,
+            ));
             SendResult::refused("deduped", ErrorCode::Deduped)
         };
         if !claimed && !redispatchable {
@@ -711,7 +799,11 @@ pub fn send_once(token: &FencingToken, channel: &str, effect_key: &str, payload:
         }
         let when = Cond::And(vec![
             state_is(IntentState::Intent),
-            Cond::RunHeldBy { owner: token.owner.clone(), lease_expires_at: token.lease_expires_at, epoch: token.epoch },
+            Cond::RunHeldBy {
+                owner: token.owner.clone(),
+                lease_expires_at: token.lease_expires_at,
+                epoch: token.epoch,
+            },
         ]);
         let set = vec![
             (IntentCol::State, Expr::Val(Val::Text(IntentState::Dispatched.as_str().into()))),
@@ -722,7 +814,11 @@ pub fn send_once(token: &FencingToken, channel: &str, effect_key: &str, payload:
         ];
         let (now, dispatched) = update_intent(&io, "send once: mark dispatched", &row, when, set, None).await?;
         if dispatched.is_none() {
-            return Ok(if claimed { SendResult::refused("lost-dispatch-race", ErrorCode::FenceRejected) } else { dedupe(&io, now) });
+            return Ok(if claimed {
+                SendResult::refused("lost-dispatch-race", ErrorCode::FenceRejected)
+            } else {
+                dedupe(&io, now)
+            });
         }
         let evidence = match io.ask(Need::Effect { effect_key: key.clone(), epoch: token.epoch }).await? {
             Answer::Effect(Ok(v)) => v,
@@ -740,12 +836,27 @@ pub fn send_once(token: &FencingToken, channel: &str, effect_key: &str, payload:
             Cond::Eq(IntentCol::FenceExpiresAt, Val::Time(token.lease_expires_at)),
         ]);
         let step = "send once: commit the evidence (the send happened; the intent stays dispatched for the reconciler)";
-        let (now, committed) = update_intent(&io, step, &row, when, commit_set(&evidence), Some((1, "sent", Some(evidence.clone())))).await?;
+        let (now, committed) =
+            update_intent(&io, step, &row, when, commit_set(&evidence), Some((1, "sent", Some(evidence.clone()))))
+                .await?;
         if committed.is_some() {
             io.bump(Counter::EffectCommits);
-            io.receipt(HeartReceipt::new(HeartEvent::EffectCommitted, &token.run_id, &token.owner, Some(token.lease_expires_at), Some(&key), now));
+            io.receipt(HeartReceipt::new(
+                HeartEvent::EffectCommitted,
+                &token.run_id,
+                &token.owner,
+                Some(token.lease_expires_at),
+                Some(&key),
+                now,
+            ));
         }
-        Ok(SendResult { sent: true, external_ref: Some(evidence), committed: Some(committed.is_some()), reason: None, code: None })
+        Ok(SendResult {
+            sent: true,
+            external_ref: Some(evidence),
+            committed: Some(committed.is_some()),
+            reason: None,
+            code: None,
+        })
     })
 }
 
@@ -766,7 +877,9 @@ pub fn truncate_utf16(s: &str, units: usize) -> String {
 
 /// The reconciler's abandon reason (the reference's exact text).
 pub fn abandon_reason(channel: &str, max_attempts: i64) -> String {
-    format!("reconciler: unverifiable send on '{channel}' past {max_attempts} attempts - abandoned (not resent, at-most-once)")
+    format!(
+        "reconciler: unverifiable send on '{channel}' past {max_attempts} attempts - abandoned (not resent, at-most-once)"
+    )
 }
 
 /// `reconcileOutbox(ledger, {probes, maxAttempts, limit})`: for each dispatched intent whose
@@ -795,12 +908,27 @@ pub fn reconcile_outbox(max_attempts: i64, limit: u32) -> Machine<ReconcileSumma
             let dispatched = state_is(IntentState::Dispatched);
             let hit = match verdict {
                 ProbeVerdict::Sent(evidence) => {
-                    let (now, hit) = update_intent(&io, &step, &row, dispatched, commit_set(&evidence), Some((1, "sent", Some(evidence.clone())))).await?;
+                    let (now, hit) = update_intent(
+                        &io,
+                        &step,
+                        &row,
+                        dispatched,
+                        commit_set(&evidence),
+                        Some((1, "sent", Some(evidence.clone()))),
+                    )
+                    .await?;
                     if hit.is_some() {
                         s.committed += 1;
                         io.bump(Counter::EffectCommits);
                         let owner = row.fence_owner.as_deref().unwrap_or("unknown");
-                        io.receipt(HeartReceipt::new(HeartEvent::EffectCommitted, &row.run_id, owner, row.fence_expires_at, Some(&row.effect_key), now));
+                        io.receipt(HeartReceipt::new(
+                            HeartEvent::EffectCommitted,
+                            &row.run_id,
+                            owner,
+                            row.fence_expires_at,
+                            Some(&row.effect_key),
+                            now,
+                        ));
                     }
                     hit.is_some()
                 }
@@ -810,15 +938,27 @@ pub fn reconcile_outbox(max_attempts: i64, limit: u32) -> Machine<ReconcileSumma
                         (IntentCol::FenceOwner, Expr::Val(Val::Null)),
                         (IntentCol::FenceExpiresAt, Expr::Val(Val::Null)),
                         (IntentCol::FenceEpoch, Expr::Val(Val::Null)),
-                        (IntentCol::LastError, Expr::Val(Val::Text("reconciler: provably not sent, reopened for retry".into()))),
+                        (
+                            IntentCol::LastError,
+                            Expr::Val(Val::Text("reconciler: provably not sent, reopened for retry".into())),
+                        ),
                     ];
-                    let (_, hit) = update_intent(&io, &step, &row, dispatched, set, Some((0, "reconciled", Some(json!({"reopened": true}))))).await?;
+                    let (_, hit) = update_intent(
+                        &io,
+                        &step,
+                        &row,
+                        dispatched,
+                        set,
+                        Some((0, "reconciled", Some(json!({"reopened": true})))),
+                    )
+                    .await?;
                     s.reopened += u64::from(hit.is_some());
                     hit.is_some()
                 }
                 ProbeVerdict::Unknown if row.attempts >= max_attempts => {
                     let reason = abandon_reason(&row.channel, max_attempts);
-                    let when = Cond::In(IntentCol::State, vec![Val::Text("intent".into()), Val::Text("dispatched".into())]);
+                    let when =
+                        Cond::In(IntentCol::State, vec![Val::Text("intent".into()), Val::Text("dispatched".into())]);
                     let set = vec![
                         (IntentCol::State, Expr::Val(Val::Text(IntentState::Abandoned.as_str().into()))),
                         (IntentCol::LastError, Expr::Val(Val::Text(truncate_utf16(&reason, 500)))),
@@ -830,13 +970,24 @@ pub fn reconcile_outbox(max_attempts: i64, limit: u32) -> Machine<ReconcileSumma
                 }
                 ProbeVerdict::Unknown => {
                     let when = Cond::And(vec![dispatched, Cond::Eq(IntentCol::Attempts, Val::Int(row.attempts))]);
-                    let (_, hit) = update_intent(&io, &step, &row, when, vec![(IntentCol::Attempts, Expr::Add(IntentCol::Attempts, 1))], None).await?;
+                    let (_, hit) = update_intent(
+                        &io,
+                        &step,
+                        &row,
+                        when,
+                        vec![(IntentCol::Attempts, Expr::Add(IntentCol::Attempts, 1))],
+                        None,
+                    )
+                    .await?;
                     s.left += u64::from(hit.is_some());
                     hit.is_some()
                 }
             };
             if !hit {
-                s.errors.push(EffectError { effect_key: row.effect_key.clone(), error: "no rows updated (changed during the pass)".into() });
+                s.errors.push(EffectError {
+                    effect_key: row.effect_key.clone(),
+                    error: "no rows updated (changed during the pass)".into(),
+                });
             }
         }
         Ok(s)
@@ -850,15 +1001,31 @@ pub fn reconcile_outbox(max_attempts: i64, limit: u32) -> Machine<ReconcileSumma
 pub fn reclaim_dead_instance_runs(cfg: FleetConfig, ttl_ms: i64, limit: u32) -> Machine<LivenessSummary> {
     Machine::new(move |io| async move {
         let dead = Val::Text("dead".into());
-        let when = Cond::And(vec![Cond::Not(Box::new(Cond::Eq(InstanceCol::Status, dead.clone()))), Cond::OlderThan(InstanceCol::LastHeartbeat, ttl_ms)]);
-        let a = io.store("liveness: mark silent instances dead", StoreRequest::UpdateInstances { when, set: vec![(InstanceCol::Status, Expr::Val(dead))] }).await?;
+        let when = Cond::And(vec![
+            Cond::Not(Box::new(Cond::Eq(InstanceCol::Status, dead.clone()))),
+            Cond::OlderThan(InstanceCol::LastHeartbeat, ttl_ms),
+        ]);
+        let a = io
+            .store(
+                "liveness: mark silent instances dead",
+                StoreRequest::UpdateInstances { when, set: vec![(InstanceCol::Status, Expr::Val(dead))] },
+            )
+            .await?;
         let newly_dead = match a.reply {
             StoreReply::Instances { instances } => instances,
             other => return Err(wrong("liveness: mark dead", other, a.now)),
         };
-        let mut s = LivenessSummary { dead_instance_ids: newly_dead.into_iter().map(|i| i.instance_id).collect(), ..Default::default() };
+        let mut s = LivenessSummary {
+            dead_instance_ids: newly_dead.into_iter().map(|i| i.instance_id).collect(),
+            ..Default::default()
+        };
         let when = Cond::And(vec![held(), Cond::OwnerInstanceDead { ttl_ms }]);
-        let a = io.store("liveness: scan runs of dead instances", StoreRequest::ScanRuns { when, order: RunOrder::ExpiresAt, limit }).await?;
+        let a = io
+            .store(
+                "liveness: scan runs of dead instances",
+                StoreRequest::ScanRuns { when, order: RunOrder::ExpiresAt, limit },
+            )
+            .await?;
         let runs = match a.reply {
             StoreReply::Runs { runs } => runs,
             other => return Err(wrong("liveness: scan", other, a.now)),
@@ -895,11 +1062,21 @@ fn instances_of(step: &str, a: crate::request::StoreAnswer) -> Result<Vec<Instan
 }
 
 /// Registers (or re-registers) an instance as `alive`.
-pub fn register_instance(instance_id: &str, hostname: Option<&str>, pid: Option<i64>, metadata: Option<Value>) -> Machine<InstanceRow> {
+pub fn register_instance(
+    instance_id: &str,
+    hostname: Option<&str>,
+    pid: Option<i64>,
+    metadata: Option<Value>,
+) -> Machine<InstanceRow> {
     if let Err(e) = require("instanceId", instance_id) {
         return Machine::done(Err(e));
     }
-    let req = StoreRequest::UpsertInstance { instance_id: instance_id.to_owned(), hostname: hostname.map(str::to_owned), pid, metadata };
+    let req = StoreRequest::UpsertInstance {
+        instance_id: instance_id.to_owned(),
+        hostname: hostname.map(str::to_owned),
+        pid,
+        metadata,
+    };
     Machine::new(move |io| async move {
         let step = "register instance";
         instances_of(step, io.store(step, req).await?)?
@@ -917,7 +1094,9 @@ fn instance_write(instance_id: &str, set: Vec<Assign<InstanceCol>>, step: &'stat
         Cond::Eq(InstanceCol::InstanceId, Val::Text(instance_id.to_owned())),
         Cond::Not(Box::new(Cond::Eq(InstanceCol::Status, Val::Text("dead".into())))),
     ]);
-    Machine::new(move |io| async move { Ok(!instances_of(step, io.store(step, StoreRequest::UpdateInstances { when, set }).await?)?.is_empty()) })
+    Machine::new(move |io| async move {
+        Ok(!instances_of(step, io.store(step, StoreRequest::UpdateInstances { when, set }).await?)?.is_empty())
+    })
 }
 
 /// Heartbeats an instance; `false` when it is unknown or already dead (it must re-register).
@@ -982,7 +1161,9 @@ pub fn show_run(run_id: &str) -> Machine<Option<RunRow>> {
 async fn explain_operator_miss(io: &Io, step: &str, run_id: &str, wanted: &str) -> HeartError {
     match read_run(io, step, run_id).await {
         Ok((_, None)) => HeartError::new(ErrorCode::RunNotFound, format!("run {run_id} not found")),
-        Ok((_, Some(r))) => HeartError::new(ErrorCode::InvalidState, format!("run {run_id} is {}, not {wanted}", r.status)),
+        Ok((_, Some(r))) => {
+            HeartError::new(ErrorCode::InvalidState, format!("run {run_id} is {}, not {wanted}", r.status))
+        }
         Err(e) => e,
     }
 }
@@ -1026,14 +1207,17 @@ pub fn force_release(run_id: &str) -> Machine<RunRow> {
             (RunCol::LeaseExpiresAt, Expr::Val(Val::Null)),
             (RunCol::UpdatedAt, Expr::Now),
         ];
-        let (now, before, after) = update_run(&io, "force release: conditional write", &run_id, held(), set, true).await?;
+        let (now, before, after) =
+            update_run(&io, "force release: conditional write", &run_id, held(), set, true).await?;
         match after {
             Some(row) => {
                 let prev = before.and_then(|b| b.lease_owner).unwrap_or_else(|| "unknown".to_owned());
                 io.receipt(HeartReceipt::new(HeartEvent::ForceReleased, &run_id, &prev, None, None, now));
                 Ok(row)
             }
-            None => Err(explain_operator_miss(&io, "force release: read after a miss", &run_id, "leased or running").await),
+            None => {
+                Err(explain_operator_miss(&io, "force release: read after a miss", &run_id, "leased or running").await)
+            }
         }
     })
 }

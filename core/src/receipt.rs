@@ -227,8 +227,18 @@ mod tests {
     fn digest_matches_the_reference_example() {
         let at = Timestamp::parse_iso("2026-07-30T00:00:00.000Z").unwrap();
         let exp = Timestamp::parse_iso("2026-07-30T00:01:00.000Z").unwrap();
-        let r = HeartReceipt::new(HeartEvent::Acquired, "00000000-0000-4000-8000-000000000001", "worker-A", Some(exp), None, at);
-        assert_eq!(r.digest, "sha256:dreamnet-sorted-json:v0:b200a85a1c659d4fa561ec6d137840ea846ea42c2b357849d40e2a274eac7387");
+        let r = HeartReceipt::new(
+            HeartEvent::Acquired,
+            "00000000-0000-4000-8000-000000000001",
+            "worker-A",
+            Some(exp),
+            None,
+            at,
+        );
+        assert_eq!(
+            r.digest,
+            "sha256:dreamnet-sorted-json:v0:b200a85a1c659d4fa561ec6d137840ea846ea42c2b357849d40e2a274eac7387"
+        );
         let v = serde_json::to_value(&r).unwrap();
         assert!(verify_receipt(&v).is_ok());
         let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();

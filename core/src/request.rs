@@ -358,6 +358,7 @@ pub enum StoreRequest {
 }
 
 /// A store's answer to one request.
+#[allow(clippy::large_enum_variant)] // moved once per request; see `machine::Answer`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StoreReply {
@@ -516,10 +517,7 @@ pub fn apply_update<R: Record + Clone>(
     if !when.eval(row, now, lookup) {
         return Ok(None);
     }
-    let values = set
-        .iter()
-        .map(|(c, e)| e.eval(row, now, lookup).map(|v| (*c, v)))
-        .collect::<Result<Vec<_>, _>>()?;
+    let values = set.iter().map(|(c, e)| e.eval(row, now, lookup).map(|v| (*c, v))).collect::<Result<Vec<_>, _>>()?;
     let mut next = row.clone();
     for (c, v) in values {
         next.set(c, v)?;
@@ -582,16 +580,12 @@ impl Record for RunRow {
         match col {
             RunCol::Id => return Err("the run id is immutable".to_owned()),
             RunCol::IdempotencyKey => return Err("the idempotency key is immutable".to_owned()),
-            RunCol::Status => {
-                self.status = RunStatus::parse(&text(val, "status")?).map_err(|e| e.message)?
-            }
+            RunCol::Status => self.status = RunStatus::parse(&text(val, "status")?).map_err(|e| e.message)?,
             RunCol::LeaseOwner => self.lease_owner = opt_text(val, "lease_owner")?,
             RunCol::LeaseExpiresAt => self.lease_expires_at = opt_time(val, "lease_expires_at")?,
             RunCol::Retries => self.retries = int(val, "retries")?,
             RunCol::FencingEpoch => self.fencing_epoch = int(val, "fencing_epoch")?,
-            RunCol::UpdatedAt => {
-                self.updated_at = opt_time(val, "updated_at")?.ok_or("updated_at is NOT NULL")?
-            }
+            RunCol::UpdatedAt => self.updated_at = opt_time(val, "updated_at")?.ok_or("updated_at is NOT NULL")?,
         }
         Ok(())
     }
@@ -620,10 +614,11 @@ impl Record for IntentRow {
         match col {
             IntentCol::State => {
                 let t = text(val, "state")?;
-                self.state = [IntentState::Intent, IntentState::Dispatched, IntentState::Committed, IntentState::Abandoned]
-                    .into_iter()
-                    .find(|s| s.as_str() == t)
-                    .ok_or_else(|| format!("unknown intent state {t:?}"))?;
+                self.state =
+                    [IntentState::Intent, IntentState::Dispatched, IntentState::Committed, IntentState::Abandoned]
+                        .into_iter()
+                        .find(|s| s.as_str() == t)
+                        .ok_or_else(|| format!("unknown intent state {t:?}"))?;
             }
             IntentCol::Channel => self.channel = text(val, "channel")?,
             IntentCol::PayloadDigest => self.payload_digest = text(val, "payload_digest")?,

@@ -43,12 +43,18 @@ impl LeaseSession {
     /// (default: the reference's cadence).
     pub fn new(ttl_seconds: i64, renew_every_ms: Option<i64>) -> Result<LeaseSession, HeartError> {
         let ttl_ms = validate_ttl(ttl_seconds)?;
-        if let Some(ms) = renew_every_ms {
-            if ms < 1 || ms > ttl_ms {
-                return Err(HeartError::invalid(format!("renewEveryMs must be in 1..={ttl_ms}, got {ms}")));
-            }
+        if let Some(ms) = renew_every_ms
+            && (ms < 1 || ms > ttl_ms)
+        {
+            return Err(HeartError::invalid(format!("renewEveryMs must be in 1..={ttl_ms}, got {ms}")));
         }
-        Ok(LeaseSession { ttl_ms, interval_ms: heartbeat_interval_ms(ttl_seconds, renew_every_ms), fence: None, lost: None, last_ok_ms: 0 })
+        Ok(LeaseSession {
+            ttl_ms,
+            interval_ms: heartbeat_interval_ms(ttl_seconds, renew_every_ms),
+            fence: None,
+            lost: None,
+            last_ok_ms: 0,
+        })
     }
 
     /// The heartbeat period in milliseconds.
@@ -80,7 +86,11 @@ impl LeaseSession {
     /// Records a renew that started at host time `started_ms`. A definite miss loses the
     /// lease with its cause; a store failure is retried on the next beat unless the held
     /// expiry has passed meanwhile. Returns the cause when this call lost the lease.
-    pub fn on_renewed(&mut self, result: &Result<Fenced<FencingToken>, HeartError>, started_ms: i64) -> Option<LostCause> {
+    pub fn on_renewed(
+        &mut self,
+        result: &Result<Fenced<FencingToken>, HeartError>,
+        started_ms: i64,
+    ) -> Option<LostCause> {
         if self.lost.is_some() {
             return None;
         }
@@ -135,16 +145,24 @@ mod tests {
     #[test]
     fn store_failures_lose_the_lease_only_after_the_expiry() {
         let mut s = LeaseSession::new(60, None).unwrap();
-        let fence = FencingToken { run_id: "r".into(), owner: "w".into(), lease_expires_at: Timestamp(60_000), epoch: Some(1) };
+        let fence =
+            FencingToken { run_id: "r".into(), owner: "w".into(), lease_expires_at: Timestamp(60_000), epoch: Some(1) };
         s.on_acquired(fence, 0);
-        let failed: Result<Fenced<FencingToken>, HeartError> = Err(HeartError::new(ErrorCode::StoreUnavailable, "down"));
+        let failed: Result<Fenced<FencingToken>, HeartError> =
+            Err(HeartError::new(ErrorCode::StoreUnavailable, "down"));
         assert_eq!(s.on_renewed(&failed, 30_000), None);
         assert!(s.should_renew());
         assert_eq!(s.on_renewed(&failed, 60_000), Some(LostCause::StoreUnavailable));
         assert!(s.should_release());
         let mut s2 = LeaseSession::new(60, None).unwrap();
-        s2.on_acquired(FencingToken { run_id: "r".into(), owner: "w".into(), lease_expires_at: Timestamp(60_000), epoch: None }, 0);
-        assert_eq!(s2.on_renewed(&Ok(Fenced::Rejected { cause: LostCause::Superseded }), 30_000), Some(LostCause::Superseded));
+        s2.on_acquired(
+            FencingToken { run_id: "r".into(), owner: "w".into(), lease_expires_at: Timestamp(60_000), epoch: None },
+            0,
+        );
+        assert_eq!(
+            s2.on_renewed(&Ok(Fenced::Rejected { cause: LostCause::Superseded }), 30_000),
+            Some(LostCause::Superseded)
+        );
         assert!(!s2.should_release());
     }
 

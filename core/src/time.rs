@@ -87,9 +87,7 @@ fn parse(text: &str) -> Option<Timestamp> {
     let b = text.as_bytes();
     let num = |from: usize, len: usize| -> Option<i64> {
         let part = b.get(from..from + len)?;
-        part.iter().try_fold(0i64, |acc, c| {
-            c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0'))
-        })
+        part.iter().try_fold(0i64, |acc, c| c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0')))
     };
     let sep = |at: usize, c: u8| b.get(at) == Some(&c);
     if !(sep(4, b'-') && sep(7, b'-') && (sep(10, b'T') || sep(10, b' ')) && sep(13, b':')) {
@@ -140,8 +138,7 @@ fn parse(text: &str) -> Option<Timestamp> {
         return None;
     }
     let days = days_from_civil(year, month, day);
-    let ms = days * 86_400_000 + hour * 3_600_000 + minute * 60_000 + second * 1000 + milli
-        - offset_min * 60_000;
+    let ms = days * 86_400_000 + hour * 3_600_000 + minute * 60_000 + second * 1000 + milli - offset_min * 60_000;
     (MIN_MS..=MAX_MS).contains(&ms).then_some(Timestamp(ms))
 }
 
@@ -206,15 +203,20 @@ mod tests {
         ] {
             assert_eq!(Timestamp::parse_iso(form).unwrap(), want, "{form}");
         }
-        assert_eq!(
-            Timestamp::parse_iso("2026-07-30T00:01:00Z").unwrap().to_iso(),
-            "2026-07-30T00:01:00.000Z"
-        );
+        assert_eq!(Timestamp::parse_iso("2026-07-30T00:01:00Z").unwrap().to_iso(), "2026-07-30T00:01:00.000Z");
     }
 
     #[test]
     fn rejects_malformed() {
-        for bad in ["", "2026-13-01T00:00:00Z", "2026-02-30T00:00:00Z", "2026-07-30T00:01:00.Z", "2026-07-30T00:01:00", "x026-07-30T00:01:00Z", "2026-07-30T24:00:00Z"] {
+        for bad in [
+            "",
+            "2026-13-01T00:00:00Z",
+            "2026-02-30T00:00:00Z",
+            "2026-07-30T00:01:00.Z",
+            "2026-07-30T00:01:00",
+            "x026-07-30T00:01:00Z",
+            "2026-07-30T24:00:00Z",
+        ] {
             assert!(Timestamp::parse_iso(bad).is_err(), "{bad}");
         }
     }

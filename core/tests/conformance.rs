@@ -93,17 +93,19 @@ fn effect_outcome(spec: &Value) -> Result<Value, String> {
 impl Run {
     fn resolve(&self, v: &Value) -> Value {
         match v {
-            Value::String(t) if t.starts_with('$') => self.saved.get(&t[1..]).cloned().unwrap_or_else(|| panic!("unknown variable {t}")),
+            Value::String(t) if t.starts_with('$') => {
+                self.saved.get(&t[1..]).cloned().unwrap_or_else(|| panic!("unknown variable {t}"))
+            }
             Value::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), self.resolve(v))).collect()),
             Value::Array(a) => Value::Array(a.iter().map(|v| self.resolve(v)).collect()),
             other => other.clone(),
         }
     }
 
-
     fn step(&mut self, op: &str, args: &Value) -> (Value, Option<Value>) {
         let fleet = &mut self.fleet;
-        let fence = || -> FencingToken { serde_json::from_value(arg(args, "fence").clone()).expect("args.fence is a token") };
+        let fence =
+            || -> FencingToken { serde_json::from_value(arg(args, "fence").clone()).expect("args.fence is a token") };
         let out = match op {
             "advance" => {
                 fleet.store_mut().advance(i(args, "ms", 0));
@@ -114,7 +116,11 @@ impl Run {
                 Value::Null
             }
             "failNext" => {
-                fleet.store_mut().fail_after(s(args, "request"), i(args, "after", 0) as u32, i(args, "times", 1) as u32);
+                fleet.store_mut().fail_after(
+                    s(args, "request"),
+                    i(args, "after", 0) as u32,
+                    i(args, "times", 1) as u32,
+                );
                 Value::Null
             }
             "acquire" => {
@@ -139,7 +145,8 @@ impl Run {
             "guardIrreversible" => {
                 let key = s(args, "effectKey").to_owned();
                 let fence = fence();
-                let ledger = if s(args, "ledger") == "durable" { Ledger::Durable } else { Ledger::Memory(&mut self.ledger) };
+                let ledger =
+                    if s(args, "ledger") == "durable" { Ledger::Durable } else { Ledger::Memory(&mut self.ledger) };
                 let spec = arg(args, "effect").clone();
                 let fired = &mut self.fired;
                 let r = fleet.guard_irreversible(&fence, ledger, &key, |_| {
@@ -166,20 +173,34 @@ impl Run {
                         Value::String(t) if t == "not-sent" => Ok(ProbeVerdict::NotSent),
                         Value::String(_) => Ok(ProbeVerdict::Unknown),
                         Value::Object(m) if m.contains_key("sent") => Ok(ProbeVerdict::Sent(m["sent"].clone())),
-                        Value::Object(m) => Err(m.get("throws").and_then(Value::as_str).unwrap_or("probe failed").to_owned()),
+                        Value::Object(m) => {
+                            Err(m.get("throws").and_then(Value::as_str).unwrap_or("probe failed").to_owned())
+                        }
                         _ => Ok(ProbeVerdict::Unknown),
                     })
                 };
-                let r = fleet.reconcile_outbox(&mut probe, i(args, "maxAttempts", DEFAULT_RECONCILE_MAX_ATTEMPTS), i(args, "limit", DEFAULT_RECONCILE_LIMIT.into()) as u32);
+                let r = fleet.reconcile_outbox(
+                    &mut probe,
+                    i(args, "maxAttempts", DEFAULT_RECONCILE_MAX_ATTEMPTS),
+                    i(args, "limit", DEFAULT_RECONCILE_LIMIT.into()) as u32,
+                );
                 to_json(r)
             }
             "executeWithLease" => return (self.execute(args), None),
             "registerInstance" => to_json(fleet.register_instance(s(args, "instanceId"), None, None)),
             "heartbeatInstance" => to_json(fleet.heartbeat_instance(s(args, "instanceId"))),
             "drainInstance" => to_json(fleet.drain_instance(s(args, "instanceId"))),
-            "livenessSweep" => to_json(fleet.reclaim_dead_instance_runs(i(args, "ttlMs", DEFAULT_LIVENESS_TTL_MS), i(args, "limit", DEFAULT_LIVENESS_LIMIT.into()) as u32)),
+            "livenessSweep" => to_json(fleet.reclaim_dead_instance_runs(
+                i(args, "ttlMs", DEFAULT_LIVENESS_TTL_MS),
+                i(args, "limit", DEFAULT_LIVENESS_LIMIT.into()) as u32,
+            )),
             "ensureResourceRun" => {
-                let r = fleet.ensure_resource_run(s(args, "kind"), s(args, "key"), s(args, "objective"), s(args, "createdBy"));
+                let r = fleet.ensure_resource_run(
+                    s(args, "kind"),
+                    s(args, "key"),
+                    s(args, "objective"),
+                    s(args, "createdBy"),
+                );
                 let v = to_json(r.map(|(run, created)| json!({ "run": run, "created": created })));
                 return (v.clone(), v.pointer("/run/id").cloned());
             }
@@ -308,7 +329,8 @@ fn replay(path: &std::path::Path) -> Result<(), String> {
         let args = run.resolve(step.get("args").unwrap_or(&Value::Null));
         let (result, saveable) = run.step(op, &args);
         if let Some(want) = step.get("expect").map(|w| run.resolve(w)) {
-            matches(&want, &result, &format!("step {n} ({op})")).map_err(|e| format!("{e}\n  full result: {result}"))?;
+            matches(&want, &result, &format!("step {n} ({op})"))
+                .map_err(|e| format!("{e}\n  full result: {result}"))?;
         }
         if let Some(name) = step.get("save").and_then(Value::as_str) {
             run.saved.insert(name.to_owned(), saveable.unwrap_or(result));
@@ -320,7 +342,8 @@ fn replay(path: &std::path::Path) -> Result<(), String> {
     }
     let expect = &sc["expect"];
     if let Some(want) = expect.get("receipts") {
-        matches(want, &Value::Array(receipts.clone()), "receipts").map_err(|e| format!("{e}\n  receipts: {}", Value::Array(receipts.clone())))?;
+        matches(want, &Value::Array(receipts.clone()), "receipts")
+            .map_err(|e| format!("{e}\n  receipts: {}", Value::Array(receipts.clone())))?;
     }
     if let Some(want) = expect.get("metrics") {
         matches(want, &serde_json::to_value(run.fleet.metrics()).unwrap(), "metrics")?;
