@@ -158,3 +158,81 @@ pub async fn drive_async<T: 'static, S: AsyncLeaseStore>(
         step = machine.resume(answer);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    use super::*;
+    use crate::memory::MemoryStore;
+    use crate::model::RunRow;
+    use crate::ops::{self, FleetConfig};
+    use crate::time::Timestamp;
+
+    /// An async store whose every call yields once before answering, like a network store.
+    struct YieldingStore(RefCell<MemoryStore>);
+
+    struct YieldOnce(bool);
+    impl Future for YieldOnce {
+        type Output = ();
+        fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if self.0 {
+                Poll::Ready(())
+            } else {
+                self.0 = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        }
+    }
+
+    impl AsyncLeaseStore for YieldingStore {
+        async fn execute(&self, req: StoreRequest) -> Result<StoreAnswer, StoreError> {
+            YieldOnce(false).await;
+            self.0.borrow_mut().execute(req)
+        }
+    }
+
+    fn block_on<F: Future>(f: F) -> (F::Output, u32) {
+        let mut f = pin!(f);
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut polls = 0;
+        loop {
+            polls += 1;
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return (v, polls);
+            }
+        }
+    }
+
+    #[test]
+    fn the_async_driver_runs_the_same_machine_and_yields_at_every_store_call() {
+        let t0 = Timestamp(1_785_369_600_000);
+        let mut mem = MemoryStore::new(t0);
+        mem.insert(RunRow::ready("r", "k", t0)).unwrap();
+        let store = YieldingStore(RefCell::new(mem));
+        let mut rec = Recorder::default();
+        let (acq, polls) =
+            block_on(drive_async(ops::acquire(FleetConfig::default(), "r", "w", 60), &store, &mut rec, async |_| {
+                Answer::Store(Err(StoreError("unexpected".into())))
+            }));
+        let acq = acq.unwrap();
+        assert!(acq.acquired);
+        assert!(polls >= 2, "the driver must suspend while the store works (polls = {polls})");
+        assert_eq!(rec.metrics.acquire_wins, 1);
+        assert_eq!(rec.receipts.len(), 1);
+        let fence = acq.fence.unwrap();
+        let (ok, _) = block_on(drive_async(ops::verify_fence(&fence), &store, &mut rec, async |_| {
+            Answer::Store(Err(StoreError("unexpected".into())))
+        }));
+        assert!(ok.unwrap());
+        store.0.borrow_mut().fail_next("update_run", 1);
+        let (err, _) = block_on(drive_async(ops::verify_fence(&fence), &store, &mut rec, async |_| {
+            Answer::Store(Err(StoreError("unexpected".into())))
+        }));
+        assert_eq!(err.unwrap_err().code, crate::error::ErrorCode::StoreUnavailable);
+    }
+}
