@@ -61,6 +61,7 @@ pub mod receipt;
 pub mod request;
 pub mod session;
 pub mod sql;
+pub mod store_suite;
 pub mod time;
 
 pub use driver::{LeaseStore, Ledger, MemoryEffectLedger};

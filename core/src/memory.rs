@@ -77,6 +77,18 @@ impl MemoryStore {
         Ok(())
     }
 
+    /// Inserts a run exactly as given, timestamps included (the store suite seeds this way).
+    pub fn insert_exact(&mut self, run: RunRow) -> Result<(), StoreError> {
+        let (created, updated) = (run.created_at, run.updated_at);
+        let id = run.id.clone();
+        self.insert(run)?;
+        if let Some(row) = self.index.get(&id).and_then(|i| self.runs.get_mut(*i)) {
+            row.created_at = created;
+            row.updated_at = updated;
+        }
+        Ok(())
+    }
+
     /// Inserts an instance row as given (tests seed liveness this way).
     pub fn insert_instance(&mut self, row: InstanceRow) {
         self.instances.insert(row.instance_id.clone(), row);

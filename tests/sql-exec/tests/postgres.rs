@@ -1,0 +1,552 @@
+//! The PostgreSQL statement `heart_fleet_core::sql` renders for every request, executed by a
+//! real server and compared with the core's pure evaluator, plus the races a single
+//! statement must win: find-or-create and claim-once against a concurrent insert, and the
+//! row-before of a conditional write against a concurrent update.
+//!
+//! Needs `DATABASE_URL` (e.g. `postgres://heart:heart@127.0.0.1:5432/heart_test`). Without
+//! it every test prints a SKIPPED line and passes, unless `CI` is set, where it fails. Each
+//! test creates a schema of its own, applies the migrations there twice, and drops it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{
+    Db, World, ask, check_epoch_trigger, check_instances, check_intent_scans, check_intent_writes, check_lifecycle,
+    check_run_scans, check_run_writes, instance_grid, intent_grid, run_grid, uuid,
+};
+use heart_fleet_core::model::{InstanceRow, IntentRow, RunRow, RunStatus};
+use heart_fleet_core::request::{Cond, Expr, NewIntent, NewRun, RunCol, StoreReply, StoreRequest, Val};
+use heart_fleet_core::sql::{Dialect, SqlParam, SqlRow, SqlValue, Statement, decode, migrations, render};
+use heart_fleet_core::time::Timestamp;
+use postgres::types::{ToSql, Type};
+use postgres::{Client, NoTls};
+
+static SCHEMAS: AtomicUsize = AtomicUsize::new(0);
+
+struct Pg {
+    client: Client,
+    schema: String,
+    owner: bool,
+}
+
+fn database_url() -> Option<String> {
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "DATABASE_URL is not set, and CI is: the PostgreSQL tests must run in CI"
+            );
+            eprintln!("SKIPPED: heart-fleet-sql-exec PostgreSQL tests (set DATABASE_URL to run them)");
+            None
+        }
+    }
+}
+
+impl Pg {
+    /// A connection working in a fresh schema with the migrations applied twice.
+    fn connect() -> Option<Pg> {
+        let url = database_url()?;
+        let mut client = Client::connect(&url, NoTls).unwrap_or_else(|e| panic!("connect {url}: {e}"));
+        let schema = format!("heart_sqlexec_{}_{}", std::process::id(), SCHEMAS.fetch_add(1, Ordering::SeqCst));
+        client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}")).unwrap();
+        client.batch_execute(&format!("SET search_path TO {schema}")).unwrap();
+        for _ in 0..2 {
+            for (name, sql) in migrations(Dialect::Postgres) {
+                client.batch_execute(&format!("BEGIN; {sql}\n; COMMIT;")).unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+        }
+        Some(Pg { client, schema, owner: true })
+    }
+
+    /// Another connection to the same schema.
+    fn second(&self) -> Pg {
+        let mut client = Client::connect(&database_url().unwrap(), NoTls).unwrap();
+        client.batch_execute(&format!("SET search_path TO {}", self.schema)).unwrap();
+        Pg { client, schema: self.schema.clone(), owner: false }
+    }
+
+    fn query(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Vec<SqlRow> {
+        let rows = self.client.query(sql, params).unwrap_or_else(|e| panic!("{e:?}\n{sql}"));
+        rows.iter()
+            .map(|row| {
+                row.columns()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, col)| {
+                        let t = col.type_();
+                        let v = if *t == Type::TEXT {
+                            row.get::<_, Option<String>>(i).map_or(SqlValue::Null, SqlValue::Text)
+                        } else if *t == Type::INT4 {
+                            row.get::<_, Option<i32>>(i).map_or(SqlValue::Null, |v| SqlValue::Int(i64::from(v)))
+                        } else if *t == Type::INT8 {
+                            row.get::<_, Option<i64>>(i).map_or(SqlValue::Null, SqlValue::Int)
+                        } else if *t == Type::BOOL {
+                            row.get::<_, Option<bool>>(i).map_or(SqlValue::Null, SqlValue::Bool)
+                        } else {
+                            panic!(
+                                "column {} has type {t}: drivers should only see text, integers and booleans",
+                                col.name()
+                            )
+                        };
+                        (col.name().to_owned(), v)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        if self.owner {
+            let _ = self.client.batch_execute(&format!("ROLLBACK; DROP SCHEMA IF EXISTS {} CASCADE", self.schema));
+        }
+    }
+}
+
+fn ts(t: Option<Timestamp>) -> Option<String> {
+    t.map(|t| t.to_iso())
+}
+
+fn json(v: Option<&serde_json::Value>) -> Option<String> {
+    v.map(|v| v.to_string())
+}
+
+impl Db for Pg {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+    fn begin(&mut self) {
+        self.client.batch_execute("BEGIN").unwrap();
+    }
+    fn commit(&mut self) {
+        self.client.batch_execute("COMMIT").unwrap();
+    }
+    fn rollback(&mut self) {
+        self.client.batch_execute("ROLLBACK").unwrap();
+    }
+    fn run(&mut self, stmts: &[Statement], now: Option<Timestamp>) -> Vec<Vec<SqlRow>> {
+        assert!(now.is_none(), "PostgreSQL evaluates its own clock");
+        assert_eq!(stmts.len(), 1);
+        let s = &stmts[0];
+        let params: Vec<Box<dyn ToSql + Sync>> = s
+            .params
+            .iter()
+            .map(|p| match p {
+                SqlParam::Int(i) => Box::new(*i) as Box<dyn ToSql + Sync>,
+                SqlParam::Text(t) => Box::new(t.clone()),
+                SqlParam::Now => panic!("SqlParam::Now in a PostgreSQL statement"),
+            })
+            .collect();
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
+        vec![self.query(&s.sql, &refs)]
+    }
+    fn batch(&mut self, sql: &str) {
+        self.client.batch_execute(sql).unwrap_or_else(|e| panic!("{e:?}\n{sql}"));
+    }
+    fn exec(&mut self, stmt: &Statement) -> Vec<SqlRow> {
+        self.run(std::slice::from_ref(stmt), None).remove(0)
+    }
+    fn insert_run(&mut self, r: &RunRow) {
+        let caps = serde_json::to_string(&r.required_capabilities).unwrap();
+        self.client
+            .execute(
+                "INSERT INTO agent_runs (id, task_id, assignment_id, objective, required_capabilities, status, \
+                 assigned_agent, lease_owner, lease_expires_at, retries, budget, approval_state, visibility, \
+                 idempotency_key, created_by, created_at, updated_at, fencing_epoch) \
+                 VALUES ($1::text::uuid, $2::text, $3::text::uuid, $4::text, \
+                 ARRAY(SELECT json_array_elements_text($5::text::json)), $6::text, $7::text, $8::text, \
+                 $9::text::timestamptz, $10::bigint, $11::text::jsonb, $12::text, $13::text, $14::text, $15::text, \
+                 $16::text::timestamptz, $17::text::timestamptz, $18::bigint)",
+                &[
+                    &r.id,
+                    &r.task_id,
+                    &r.assignment_id,
+                    &r.objective,
+                    &caps,
+                    &r.status.as_str(),
+                    &r.assigned_agent,
+                    &r.lease_owner,
+                    &ts(r.lease_expires_at),
+                    &r.retries,
+                    &json(r.budget.as_ref()),
+                    &r.approval_state,
+                    &r.visibility,
+                    &r.idempotency_key,
+                    &r.created_by,
+                    &r.created_at.to_iso(),
+                    &r.updated_at.to_iso(),
+                    &r.fencing_epoch,
+                ],
+            )
+            .unwrap();
+    }
+    fn insert_instance(&mut self, i: &InstanceRow) {
+        self.client
+            .execute(
+                "INSERT INTO agent_instances (instance_id, hostname, pid, status, started_at, last_heartbeat, metadata) \
+                 VALUES ($1::text, $2::text, $3::bigint, $4::text, $5::text::timestamptz, $6::text::timestamptz, \
+                 $7::text::jsonb)",
+                &[
+                    &i.instance_id,
+                    &i.hostname,
+                    &i.pid,
+                    &i.status.as_str(),
+                    &i.started_at.to_iso(),
+                    &i.last_heartbeat.to_iso(),
+                    &json(i.metadata.as_ref()),
+                ],
+            )
+            .unwrap();
+    }
+    fn insert_intent(&mut self, i: &IntentRow) {
+        self.client
+            .execute(
+                "INSERT INTO effect_intents (run_id, effect_key, state, channel, payload_digest, fence_owner, \
+                 fence_expires_at, fence_epoch, external_ref, attempts, last_error, created_at, committed_at) \
+                 VALUES ($1::text::uuid, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text::timestamptz, \
+                 $8::bigint, $9::text::jsonb, $10::bigint, $11::text, $12::text::timestamptz, $13::text::timestamptz)",
+                &[
+                    &i.run_id,
+                    &i.effect_key,
+                    &i.state.as_str(),
+                    &i.channel,
+                    &i.payload_digest,
+                    &i.fence_owner,
+                    &ts(i.fence_expires_at),
+                    &i.fence_epoch,
+                    &json(i.external_ref.as_ref()),
+                    &i.attempts,
+                    &i.last_error,
+                    &i.created_at.to_iso(),
+                    &ts(i.committed_at),
+                ],
+            )
+            .unwrap();
+    }
+}
+
+/// The run grid around the database's clock, and the instances its owners name.
+fn seeded(db: &mut Pg) -> (World, Vec<RunRow>, Vec<InstanceRow>, Timestamp) {
+    let base = db.clock();
+    let rows = run_grid(base, false);
+    let instances = instance_grid(base, false);
+    let mut world = World::default();
+    for r in &rows {
+        db.insert_run(r);
+        world.runs.insert(r.id.clone(), r.clone());
+    }
+    for i in &instances {
+        db.insert_instance(i);
+        world.instances.insert(i.instance_id.clone(), i.clone());
+    }
+    (world, rows, instances, base)
+}
+
+#[test]
+fn migrations_are_idempotent_and_additive() {
+    let Some(mut db) = Pg::connect() else { return };
+    let schema = db.schema.clone();
+    let rows = db.query(
+        "SELECT table_name::text AS t, column_name::text AS c FROM information_schema.columns \
+         WHERE table_schema = $1::text AND column_name IN ('fencing_epoch', 'fence_epoch', 'seq', 'receipt') \
+         ORDER BY 1, 2",
+        &[&schema],
+    );
+    let found: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| match (&r[0].1, &r[1].1) {
+            (SqlValue::Text(t), SqlValue::Text(c)) => (t.clone(), c.clone()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let want = [
+        ("agent_runs", "fencing_epoch"),
+        ("effect_intents", "fence_epoch"),
+        ("heart_receipts", "receipt"),
+        ("outbox_dispatch_log", "seq"),
+    ];
+    assert_eq!(found, want.map(|(a, b)| (a.to_owned(), b.to_owned())));
+    let triggers =
+        db.query("SELECT count(*)::int AS n FROM pg_trigger WHERE tgname = 'heart_fencing_epoch_monotonic'", &[]);
+    assert!(matches!(triggers[0][0].1, SqlValue::Int(n) if n >= 1));
+    let indexes = db.query(
+        "SELECT count(*)::int AS n FROM pg_indexes WHERE schemaname = $1::text AND indexname LIKE 'idx_%'",
+        &[&schema],
+    );
+    assert_eq!(indexes[0][0].1, SqlValue::Int(11));
+}
+
+#[test]
+fn run_writes_agree_with_the_evaluator() {
+    let Some(mut db) = Pg::connect() else { return };
+    let (world, rows, _, base) = seeded(&mut db);
+    let cases = check_run_writes(&mut db, &rows, &world, base, false);
+    eprintln!("postgres: {cases} run-write cases ({} rows)", rows.len());
+}
+
+#[test]
+fn run_scans_agree_with_the_evaluator() {
+    let Some(mut db) = Pg::connect() else { return };
+    let (world, rows, _, _) = seeded(&mut db);
+    let cases = check_run_scans(&mut db, &rows, &world, None);
+    eprintln!("postgres: {cases} run-scan cases");
+}
+
+#[test]
+fn intent_writes_and_scans_agree_with_the_evaluator() {
+    let Some(mut db) = Pg::connect() else { return };
+    let base = db.clock();
+    let (runs, intents) = intent_grid(base, false);
+    let mut world = World::default();
+    for r in &runs {
+        db.insert_run(r);
+        world.runs.insert(r.id.clone(), r.clone());
+    }
+    for i in &intents {
+        db.insert_intent(i);
+    }
+    let writes = check_intent_writes(&mut db, &runs, &intents, &world, base, false);
+    let scans = check_intent_scans(&mut db, &intents, &world, None);
+    eprintln!("postgres: {writes} intent-write cases, {scans} intent-scan cases ({} intents)", intents.len());
+}
+
+#[test]
+fn instance_writes_and_scans_agree_with_the_evaluator() {
+    let Some(mut db) = Pg::connect() else { return };
+    let (world, _, instances, _) = seeded(&mut db);
+    let cases = check_instances(&mut db, &instances, &world, None);
+    eprintln!("postgres: {cases} instance cases");
+}
+
+#[test]
+fn stateful_requests_in_sequence() {
+    let Some(mut db) = Pg::connect() else { return };
+    check_lifecycle(&mut db, None);
+}
+
+#[test]
+fn the_epoch_trigger_follows_its_rule() {
+    let Some(mut db) = Pg::connect() else { return };
+    check_epoch_trigger(&mut db);
+}
+
+#[test]
+fn the_clock_is_the_servers_in_whole_milliseconds() {
+    let Some(mut db) = Pg::connect() else { return };
+    let rows =
+        db.query("SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS t", &[]);
+    let SqlValue::Text(micro) = &rows[0][0].1 else { panic!() };
+    let server = Timestamp::parse_iso(micro).unwrap();
+    let now = ask(&mut db, &StoreRequest::Now, None).now;
+    assert!(server <= now && now.0 - server.0 < 5_000, "{server:?} {now:?}");
+    // Every shift lands on `now + ms` exactly.
+    let mut row = RunRow::ready(uuid(1), "job:clock", now);
+    row.status = RunStatus::Leased;
+    db.insert_run(&row);
+    for shift in [0, 1, -1, 999, 1_000, 60_000, 31_536_000_000, -31_536_000_001, 3_155_760_000_000] {
+        let req = StoreRequest::UpdateRun {
+            run_id: uuid(1),
+            when: Cond::True,
+            set: vec![(RunCol::LeaseExpiresAt, Expr::NowPlus(shift)), (RunCol::UpdatedAt, Expr::Now)],
+            want_before: false,
+        };
+        let got = ask(&mut db, &req, None);
+        let StoreReply::RunWrite { after: Some(after), .. } = got.reply else { panic!() };
+        assert_eq!(after.lease_expires_at, got.now.plus_millis(shift), "{shift}");
+        assert_eq!(after.updated_at, got.now);
+    }
+}
+
+/// The run-id check `render` does must accept exactly what PostgreSQL's `uuid` input accepts.
+#[test]
+fn uuid_texts_are_judged_as_postgres_does() {
+    let Some(mut db) = Pg::connect() else { return };
+    let candidates = [
+        "0b3f5c1e-9d2a-4c1b-8e7f-1234567890ab",
+        "0B3F5C1E-9D2A-4C1B-8E7F-1234567890AB",
+        "0b3f5c1e9d2a4c1b8e7f1234567890ab",
+        "{0b3f5c1e-9d2a-4c1b-8e7f-1234567890ab}",
+        "{0b3f5c1e9d2a4c1b8e7f1234567890ab}",
+        "0b3f-5c1e-9d2a-4c1b-8e7f-1234-5678-90ab",
+        "0b3f5c1e-9d2a-4c1b-8e7f-12345678-90ab",
+        "0b3f5c1e-9d2a4c1b-8e7f-1234567890ab",
+        "",
+        "run-1",
+        "0b3f5c1e-9d2a-4c1b-8e7f-1234567890a",
+        "0b3f5c1e-9d2a-4c1b-8e7f-1234567890ab-",
+        "0b3f5c1e-9d2a-4c1b-8e7f-1234567890abc",
+        "0b3f5c1-e9d2a-4c1b-8e7f-1234567890ab",
+        "{0b3f5c1e-9d2a-4c1b-8e7f-1234567890ab",
+        "0b3f5c1e-9d2a-4c1b-8e7f-1234567890ab}",
+        "-0b3f5c1e9d2a4c1b8e7f1234567890ab",
+        " 0b3f5c1e9d2a4c1b8e7f1234567890ab",
+        "0b3f5c1e9d2a4c1b8e7f1234567890ab ",
+        "0b3f5c1e--9d2a-4c1b-8e7f-1234567890ab",
+        "0g3f5c1e-9d2a-4c1b-8e7f-1234567890ab",
+        "０b3f5c1e-9d2a-4c1b-8e7f-1234567890ab",
+    ];
+    for c in candidates {
+        let accepted_by_render =
+            !render(&StoreRequest::ReadRun { run_id: c.to_owned() }, Dialect::Postgres).unwrap()[0].params.is_empty();
+        let accepted_by_pg = db.client.query("SELECT $1::text::uuid", &[&c]).is_ok();
+        assert_eq!(accepted_by_render, accepted_by_pg, "{c:?}");
+        let got = ask(&mut db, &StoreRequest::ReadRun { run_id: c.to_owned() }, None);
+        assert_eq!(got.reply, StoreReply::Run { run: None });
+    }
+}
+
+/// Runs `stmt` on `db` in a thread; returns once the thread is blocked (or done).
+fn spawn_blocked(mut db: Pg, req: StoreRequest) -> std::thread::JoinHandle<(Pg, heart_fleet_core::StoreAnswer)> {
+    let handle = std::thread::spawn(move || {
+        let answer = ask(&mut db, &req, None);
+        (db, answer)
+    });
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(!handle.is_finished(), "the second statement should wait for the first transaction");
+    handle
+}
+
+/// Find-or-create and claim-once racing a concurrent insert of the same key that commits
+/// after the second statement's snapshot: the second statement waits, then answers with the
+/// committed row and `created`/`claimed` false.
+#[test]
+fn find_or_create_and_claim_once_win_their_races() {
+    let Some(mut a) = Pg::connect() else { return };
+    let b = a.second();
+    let ensure = StoreRequest::EnsureRun(NewRun {
+        idempotency_key: "heart:resource:race".into(),
+        objective: "race".into(),
+        created_by: "a".into(),
+    });
+    a.begin();
+    let rows = a.run(&render(&ensure, Dialect::Postgres).unwrap(), None);
+    let mine = decode(&ensure, Dialect::Postgres, rows).unwrap();
+    let handle = spawn_blocked(b, ensure.clone());
+    a.commit();
+    let (b, theirs) = handle.join().unwrap();
+    let StoreReply::Ensured { run: first, created: true } = mine.reply else { panic!("{:?}", mine.reply) };
+    assert_eq!(theirs.reply, StoreReply::Ensured { run: first.clone(), created: false });
+
+    let claim = StoreRequest::ClaimIntent(NewIntent {
+        run_id: first.id.clone(),
+        effect_key: "mail:race".into(),
+        channel: "mail".into(),
+        payload_digest: "d".into(),
+    });
+    a.begin();
+    let rows = a.run(&render(&claim, Dialect::Postgres).unwrap(), None);
+    let mine = decode(&claim, Dialect::Postgres, rows).unwrap();
+    let handle = spawn_blocked(b, claim.clone());
+    a.commit();
+    let (_b, theirs) = handle.join().unwrap();
+    let StoreReply::Claim { intent, claimed: true } = mine.reply else { panic!("{:?}", mine.reply) };
+    assert_eq!(theirs.reply, StoreReply::Claim { intent, claimed: false });
+    let log = ask(&mut a, &StoreRequest::ReadLog { run_id: first.id.clone(), effect_key: "mail:race".into() }, None);
+    let StoreReply::Log { entries } = log.reply else { panic!() };
+    let outcomes: Vec<&str> = entries.iter().map(|e| e.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["claimed", "deduped"]);
+    let count = a.query("SELECT count(*)::int AS n FROM effect_intents", &[]);
+    assert_eq!(count[0][0].1, SqlValue::Int(1));
+}
+
+/// A conditional write with `want_before` racing a concurrent update of the row: it waits,
+/// and both its condition and the `before` it reports are the committed new version.
+#[test]
+fn the_row_before_is_the_row_the_write_saw() {
+    let Some(mut a) = Pg::connect() else { return };
+    let mut b = a.second();
+    let base = a.clock();
+    let id = uuid(42);
+    let mut row = RunRow::ready(id.clone(), "job:before", base);
+    row.fencing_epoch = 4;
+    a.insert_run(&row);
+    let was_ready = Cond::Eq(RunCol::Status, Val::status(RunStatus::Ready));
+    let acquire = StoreRequest::UpdateRun {
+        run_id: id.clone(),
+        when: was_ready.clone(),
+        set: vec![
+            (RunCol::Status, Expr::Val(Val::status(RunStatus::Leased))),
+            (RunCol::LeaseOwner, Expr::Val(Val::Text("b".into()))),
+            (RunCol::LeaseExpiresAt, Expr::NowPlus(60_000)),
+            (RunCol::FencingEpoch, Expr::Add(RunCol::FencingEpoch, 1)),
+            (RunCol::Retries, Expr::Add(RunCol::Retries, 10)),
+            (RunCol::UpdatedAt, Expr::Now),
+        ],
+        want_before: true,
+    };
+    // 1. The concurrent writer keeps the run ready but changes it: B's write hits, and both
+    //    `before` and the assignments see A's committed version.
+    a.begin();
+    a.batch(&format!("UPDATE agent_runs SET retries = 3, objective = 'changed' WHERE id = '{id}'::uuid"));
+    let handle = spawn_blocked(b, acquire.clone());
+    a.commit();
+    let (b2, got) = handle.join().unwrap();
+    b = b2;
+    let StoreReply::RunWrite { before: Some(before), after: Some(after) } = got.reply else {
+        panic!("{:?}", got.reply)
+    };
+    assert_eq!((before.retries, before.objective.as_str(), before.status), (3, "changed", RunStatus::Ready));
+    assert_eq!((after.retries, after.fencing_epoch, after.status), (13, 5, RunStatus::Leased));
+    // 2. The concurrent writer takes the lease: B's write re-checks its condition on the new
+    //    version and misses.
+    a.batch(&format!(
+        "UPDATE agent_runs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL WHERE id = '{id}'::uuid"
+    ));
+    a.begin();
+    a.batch(&format!(
+        "UPDATE agent_runs SET status = 'leased', lease_owner = 'a', lease_expires_at = now() + interval '1 hour', \
+         fencing_epoch = fencing_epoch + 1 WHERE id = '{id}'::uuid"
+    ));
+    let handle = spawn_blocked(b, acquire);
+    a.commit();
+    let (_b, got) = handle.join().unwrap();
+    assert_eq!(got.reply, StoreReply::RunWrite { before: None, after: None });
+}
+
+/// The sweep and the reconciler's scan can use the partial indexes of the migrations even
+/// with a generic plan (a driver's cached prepared statement): their status and state
+/// values are rendered as literals that imply the indexes' predicates.
+#[test]
+fn the_hot_scans_can_use_their_partial_indexes() {
+    let Some(mut db) = Pg::connect() else { return };
+    let sweep = StoreRequest::ScanRuns {
+        when: Cond::And(vec![heart_fleet_core::request::held(), Cond::ExpiredAt(RunCol::LeaseExpiresAt)]),
+        order: heart_fleet_core::request::RunOrder::ExpiresAt,
+        limit: 100,
+    };
+    let stale = StoreRequest::ScanIntents {
+        when: Cond::And(vec![
+            Cond::Eq(heart_fleet_core::request::IntentCol::State, Val::Text("dispatched".into())),
+            Cond::ExpiredAt(heart_fleet_core::request::IntentCol::FenceExpiresAt),
+        ]),
+        limit: 50,
+    };
+    db.batch("SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off; SET enable_bitmapscan = off");
+    for (name, req, index) in
+        [("sweep", sweep, "idx_agent_runs_lease_sweep"), ("stale", stale, "idx_effect_intents_reconcile")]
+    {
+        let stmt = &render(&req, Dialect::Postgres).unwrap()[0];
+        assert_eq!(stmt.params.len(), 1, "{}", stmt.sql);
+        db.batch(&format!("PREPARE {name}(bigint) AS {}", stmt.sql));
+        let plan = db.query(&format!("EXPLAIN EXECUTE {name}(100)"), &[]);
+        let plan: Vec<String> = plan
+            .iter()
+            .map(|r| match &r[0].1 {
+                SqlValue::Text(t) => t.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(plan.iter().any(|l| l.contains(index)), "{name}: {}", plan.join("\n"));
+    }
+}
+
+#[test]
+fn receipts_go_to_their_table() {
+    let Some(mut db) = Pg::connect() else { return };
+    common::check_receipts(&mut db);
+}
