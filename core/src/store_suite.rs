@@ -17,7 +17,7 @@ use crate::model::{
 };
 use crate::ops::{self, Fenced, FleetConfig, ReleaseTo};
 use crate::request::{
-    Cond, Expr, InstanceCol, IntentCol, Lookup, NewIntent, NewRun, RunCol, RunOrder, StoreAnswer, StoreReply,
+    Assign, Cond, Expr, InstanceCol, IntentCol, Lookup, NewIntent, NewRun, RunCol, RunOrder, StoreAnswer, StoreReply,
     StoreRequest, Val, apply_update, held, holds_token,
 };
 use crate::time::Timestamp;
@@ -159,8 +159,11 @@ impl Lookup for NoTables {
     }
 }
 
-/// The conditions and assignments the operations use, as (name, when, set, want_before).
-fn write_shapes(token: &FencingToken) -> Vec<(&'static str, Cond<RunCol>, Vec<(RunCol, Expr<RunCol>)>, bool)> {
+/// A conditional write of a run: (name, when, set, want_before).
+type WriteShape = (&'static str, Cond<RunCol>, Vec<Assign<RunCol>>, bool);
+
+/// The conditions and assignments the operations use.
+fn write_shapes(token: &FencingToken) -> Vec<WriteShape> {
     let cfg = FleetConfig { max_retries: Some(2) };
     let acquire_like = vec![
         (RunCol::LeaseOwner, Expr::Val(Val::Text("worker-B".into()))),

@@ -14,7 +14,8 @@ use heart_fleet_core::model::{InstanceRow, IntentRow, RunRow};
 use heart_fleet_core::request::{Cond, Expr, RunCol, StoreReply, StoreRequest};
 use heart_fleet_core::sql::{Dialect, SqlParam, SqlRow, SqlValue, Statement, migrations};
 use heart_fleet_core::time::Timestamp;
-use heart_fleet_core::{HeartFleet, LeaseStore, StoreError, ops::ReleaseTo};
+use heart_fleet_core::{HeartFleet, ops::ReleaseTo};
+use heart_fleet_sql_exec::SqliteStore;
 use rusqlite::Connection;
 use rusqlite::types::{Value, ValueRef};
 
@@ -344,22 +345,10 @@ fn clock_arithmetic_is_exact() {
     }
 }
 
-/// A `LeaseStore` over SQLite in a dozen lines: render, run in `BEGIN IMMEDIATE`, decode.
-struct SqliteStore(Lite);
-
-impl LeaseStore for SqliteStore {
-    fn execute(&mut self, req: StoreRequest) -> Result<heart_fleet_core::StoreAnswer, StoreError> {
-        let stmts = heart_fleet_core::sql::render(&req, Dialect::Sqlite).map_err(|e| StoreError(e.to_string()))?;
-        self.0.begin();
-        let rows = self.0.run(&stmts, None);
-        self.0.commit();
-        heart_fleet_core::sql::decode(&req, Dialect::Sqlite, rows).map_err(|e| StoreError(e.to_string()))
-    }
-}
-
 #[test]
 fn the_fleet_runs_on_sqlite() {
-    let mut heart = HeartFleet::new(SqliteStore(Lite::open()));
+    // The library's `SqliteStore`: render, run in `BEGIN IMMEDIATE`, decode.
+    let mut heart = HeartFleet::new(SqliteStore::new(Lite::open().conn));
     let (run, created) = heart.ensure_resource_run("mutex", "printer", "a printer mutex", "sql-exec").unwrap();
     assert!(created);
     assert!(run.idempotency_key.starts_with("heart:resource:"));
@@ -378,7 +367,8 @@ fn the_fleet_runs_on_sqlite() {
     assert_eq!(again.fence.unwrap().epoch, Some(2));
     assert!(!heart.verify_fence(&fence).unwrap());
     assert_eq!(heart.metrics().acquire_wins, 2);
-    assert_eq!(heart.store().0.query("SELECT count(*) AS n FROM agent_runs", vec![])[0][0].1, SqlValue::Int(1));
+    let n: i64 = heart.store().connection().query_row("SELECT count(*) FROM agent_runs", [], |r| r.get(0)).unwrap();
+    assert_eq!(n, 1);
 }
 
 #[test]
