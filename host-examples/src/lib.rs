@@ -1,0 +1,69 @@
+//! # heart-fleet-host
+//!
+//! The `heart-fleet` command-line tool over [`heart_fleet_core`], as a library so that
+//! every command can be tested without a process and new subcommands slot in beside the
+//! existing ones. `src/main.rs` only parses the arguments and calls [`cli::run`].
+//!
+//! * [`cli`]: the argument grammar (clap) and the dispatch to the commands, with the exit
+//!   status convention of [`Exit`].
+//! * [`canonical_cmd`]: `canonicalize` and `digest`, JSON documents one per line.
+//! * [`receipts_file`]: receipts as JSON Lines: the appending [`receipts_file::JsonlFileSink`]
+//!   behind every `--receipts FILE`, and `verify-receipts`.
+//! * [`sinks`]: small [`heart_fleet_core::receipt::ReceiptSink`]s that commands combine.
+//! * [`simulate`]: an in-process fleet on the core's memory store with crashes, pauses, a
+//!   sweeper and a reconciler, checked by bookkeeping of its own.
+//! * [`rng`]: the deterministic generator the simulation draws from.
+//!
+//! The core does no I/O; everything that touches files, standard streams, or randomness
+//! lives here.
+
+pub mod canonical_cmd;
+pub mod cli;
+pub mod receipts_file;
+pub mod rng;
+pub mod simulate;
+pub mod sinks;
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+/// The exit statuses of every command.
+///
+/// `0` success; `1` the command ran and found a problem in its input (an invalid JSON
+/// line, a tampered receipt, a non-zero safety count); `2` the command could not run (a
+/// file that cannot be read or written, wrong arguments — clap also exits with 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Everything checked out.
+    Success,
+    /// The input (or the simulated fleet) failed a check.
+    Failure,
+    /// The command could not do its job.
+    Error,
+}
+
+impl Exit {
+    /// The numeric status.
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::Failure => 1,
+            Exit::Error => 2,
+        }
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> ExitCode {
+        ExitCode::from(e.code())
+    }
+}
+
+/// Reports an I/O error of a command on `err` (one line, `heart-fleet: ...`) and returns
+/// [`Exit::Error`]. A closed output pipe (`heart-fleet ... | head`) is not reported.
+pub fn io_failure(err: &mut dyn Write, e: &io::Error) -> Exit {
+    if e.kind() != io::ErrorKind::BrokenPipe {
+        let _ = writeln!(err, "heart-fleet: {e}");
+    }
+    Exit::Error
+}

@@ -1,0 +1,296 @@
+//! End-to-end tests of the `heart-fleet` binary: exit statuses, output formats, the golden
+//! canonicalization vectors, receipts files, and the simulation's safety report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_heart-fleet"))
+}
+
+fn run(args: &[&str], stdin: &str) -> Output {
+    let mut child = bin()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start heart-fleet");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+fn vectors() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../core/tests/vectors/golden-vectors.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// A fresh path in the temp directory, unique to this process and test.
+fn temp_file(name: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("heart-fleet-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// The golden `canonicalize` vectors that have JSON input: (input line, canonical, digest).
+fn golden_canonical() -> Vec<(String, String, String)> {
+    let v = vectors();
+    let cases: Vec<_> = v["canonicalize"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| {
+            let input = c["input_json"].as_str()?;
+            assert!(!input.contains('\n'), "vector {} spans lines", c["name"]);
+            Some((input.to_owned(), c["canonical"].as_str()?.to_owned(), c["digest"].as_str()?.to_owned()))
+        })
+        .collect();
+    assert!(cases.len() >= 15, "only {} vectors with JSON input", cases.len());
+    cases
+}
+
+#[test]
+fn canonicalize_matches_the_golden_vectors() {
+    let cases = golden_canonical();
+    // Blank lines between documents are skipped.
+    let input: String = cases.iter().map(|(i, _, _)| format!("{i}\n\n")).collect();
+    let out = run(&["canonicalize"], &input);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let got = text(&out.stdout);
+    let want: Vec<&str> = cases.iter().map(|(_, c, _)| c.as_str()).collect();
+    assert_eq!(got.lines().collect::<Vec<_>>(), want);
+    assert!(out.stderr.is_empty());
+}
+
+#[test]
+fn digest_matches_the_golden_vectors() {
+    let cases = golden_canonical();
+    let input: String = cases.iter().map(|(i, _, _)| format!("{i}\r\n")).collect();
+    let out = run(&["digest"], &input);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let want: Vec<&str> = cases.iter().map(|(_, _, d)| d.as_str()).collect();
+    assert_eq!(text(&out.stdout).lines().collect::<Vec<_>>(), want);
+}
+
+#[test]
+fn a_bad_line_is_named_and_stops_the_command_with_exit_1() {
+    let out = run(&["canonicalize"], "{\"b\":1,\"a\":2}\n\n{\"n\":1e400}\n[]\n");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout), "{\"a\":2,\"b\":1}\n");
+    assert_eq!(text(&out.stderr), "line 3: Canonical JSON Error: Non-finite number Infinity cannot be serialized.\n");
+
+    let out = run(&["digest"], "1\n{\"a\":\n2\n");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout).lines().count(), 1);
+    let err = text(&out.stderr);
+    assert!(err.starts_with("line 2: Canonical JSON Error: invalid JSON"), "{err}");
+    assert_eq!(err.lines().count(), 1);
+}
+
+#[test]
+fn empty_input_is_fine() {
+    let out = run(&["digest"], "");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty());
+}
+
+/// The reference implementation's receipts from the golden vectors, as JSON Lines.
+fn reference_receipts() -> Vec<String> {
+    let v = vectors();
+    let lines: Vec<String> = v["receipt_digests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| serde_json::to_string(&c["receipt"]).unwrap())
+        .collect();
+    assert!(lines.len() >= 10);
+    lines
+}
+
+#[test]
+fn verify_receipts_accepts_the_reference_receipts() {
+    let lines = reference_receipts();
+    let path = temp_file("good.jsonl");
+    std::fs::write(&path, lines.join("\n") + "\n\n").unwrap();
+    let out = run(&["verify-receipts", path.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert_eq!(text(&out.stdout), format!("{n} receipts, {n} ok, 0 tampered, 0 malformed\n", n = lines.len()));
+    assert!(out.stderr.is_empty());
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn verify_receipts_names_a_tampered_line_and_exits_1() {
+    let mut lines = reference_receipts();
+    let mut r: Value = serde_json::from_str(&lines[4]).unwrap();
+    r["owner"] = Value::String("mallory".into());
+    lines[4] = serde_json::to_string(&r).unwrap();
+    lines.push("{\"not\":\"a receipt\"}".into());
+    let path = temp_file("tampered.jsonl");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let out = run(&["verify-receipts", path.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    let report: Vec<&str> = stdout.lines().collect();
+    assert_eq!(report.len(), 3, "{stdout}");
+    assert!(report[0].starts_with("line 5: receipt-tampered: digest sha256:dreamnet-sorted-json:v0:"), "{}", report[0]);
+    let n = lines.len();
+    assert!(report[1].starts_with(&format!("line {n}: invalid-input: ")), "{}", report[1]);
+    assert_eq!(report[2], format!("{n} receipts, {} ok, 1 tampered, 1 malformed", n - 2));
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn verify_receipts_on_a_missing_file_exits_2_with_one_line() {
+    let path = temp_file("missing.jsonl");
+    let out = run(&["verify-receipts", path.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("heart-fleet: cannot read "), "{err}");
+}
+
+fn simulate_json(extra: &[&str]) -> (Option<i32>, Value) {
+    let mut args = vec!["simulate", "--json"];
+    args.extend_from_slice(extra);
+    let out = run(&args, "");
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "one JSON object: {stdout}");
+    (out.status.code(), serde_json::from_str(&stdout).unwrap())
+}
+
+const SAFETY: [&str; 7] = [
+    "exclusion_violations",
+    "duplicate_effects",
+    "stale_commits",
+    "unfinished_runs",
+    "missing_effects",
+    "zombie_writes",
+    "receipt_mismatches",
+];
+
+#[test]
+fn simulate_is_safe_across_seeds_and_crash_rates() {
+    let mut crashes_at_high_rate = 0;
+    let mut mid_send = 0;
+    for seed in ["1", "2", "3", "42"] {
+        for rate in ["0", "0.1", "0.5"] {
+            let (code, r) = simulate_json(&["--seed", seed, "--crash-rate", rate, "--runs", "12", "--effects", "3"]);
+            assert_eq!(code, Some(0), "seed {seed} rate {rate}: {r}");
+            for k in SAFETY {
+                assert_eq!(r[k], 0, "{k} for seed {seed} rate {rate}: {r}");
+            }
+            assert_eq!(r["safe"], true);
+            assert_eq!(r["quiescent"], true);
+            assert_eq!(r["effects_fired"], 36);
+            assert!(r["steps"].as_u64().unwrap() > 0);
+            assert_eq!(r["metrics"]["releases"], 12, "{r}");
+            if rate == "0" {
+                assert_eq!(r["crashes"], 0);
+            }
+            if rate == "0.5" {
+                crashes_at_high_rate += r["crashes"].as_u64().unwrap();
+                mid_send += r["crashes_mid_send"].as_u64().unwrap();
+            }
+        }
+    }
+    assert!(crashes_at_high_rate > 0, "the high crash rate crashed nobody: the test would be vacuous");
+    assert!(mid_send > 0, "no crash hit a send in flight");
+}
+
+#[test]
+fn simulate_with_a_retry_ceiling_requeues_and_stays_safe() {
+    let (code, r) = simulate_json(&["--seed", "9", "--crash-rate", "0.4", "--max-retries", "1", "--runs", "10"]);
+    assert_eq!(code, Some(0), "{r}");
+    assert_eq!(r["safe"], true);
+    assert!(r["metrics"]["quarantines"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(r["requeued"], r["metrics"]["quarantines"]);
+}
+
+#[test]
+fn simulate_exits_1_when_the_store_is_broken() {
+    let (code, r) = simulate_json(&["--inject-fault", "no-fencing", "--pause-rate", "0.2", "--seed", "1"]);
+    assert_eq!(code, Some(1), "{r}");
+    assert_eq!(r["safe"], false);
+    assert!(r["exclusion_violations"].as_u64().unwrap() > 0);
+    let (code, r) = simulate_json(&["--inject-fault", "no-ledger", "--crash-rate", "0.3", "--seed", "2"]);
+    assert_eq!(code, Some(1), "{r}");
+    assert!(r["duplicate_effects"].as_u64().unwrap() > 0, "{r}");
+}
+
+#[test]
+fn a_seed_reproduces_the_whole_trace() {
+    let a = run(&["simulate", "--seed", "11", "--crash-rate", "0.3"], "");
+    let b = run(&["simulate", "--seed", "11", "--crash-rate", "0.3"], "");
+    assert_eq!(a.status.code(), Some(0));
+    assert_eq!(a.stdout, b.stdout);
+    let human = text(&a.stdout);
+    assert!(human.contains("\"schemaVersion\":\"zao.heart.receipt.v1\""), "receipts are printed as they go");
+    assert!(human.contains("result: SAFE"));
+    assert!(human.contains("  stale_commits          0"));
+    let c = run(&["simulate", "--seed", "12", "--crash-rate", "0.3"], "");
+    assert_ne!(a.stdout, c.stdout);
+}
+
+#[test]
+fn simulate_receipts_file_verifies_clean_and_appends() {
+    let path = temp_file("sim.jsonl");
+    let p = path.to_str().unwrap();
+    let (code, r1) = simulate_json(&["--seed", "5", "--crash-rate", "0.3", "--receipts", p]);
+    assert_eq!(code, Some(0));
+    let n1 = r1["receipts"].as_u64().unwrap();
+    assert!(n1 > 0);
+    let out = run(&["verify-receipts", p], "");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert_eq!(text(&out.stdout), format!("{n1} receipts, {n1} ok, 0 tampered, 0 malformed\n"));
+
+    // A second run appends; the quiet human report goes with it.
+    let out = run(&["simulate", "--seed", "6", "--quiet", "--receipts", p], "");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).starts_with("== heart-fleet simulate report =="));
+    let total = std::fs::read_to_string(&path).unwrap().lines().count() as u64;
+    assert!(total > n1);
+    let out = run(&["verify-receipts", p], "");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), format!("{total} receipts, {total} ok, 0 tampered, 0 malformed\n"));
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn simulate_reports_an_unwritable_receipts_file() {
+    let dir = temp_file("a-directory");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = run(&["simulate", "--json", "--receipts", dir.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(text(&out.stderr).starts_with("heart-fleet: cannot open "));
+    std::fs::remove_dir(&dir).unwrap();
+}
+
+#[test]
+fn wrong_arguments_fail_with_an_error_line() {
+    for args in [
+        &["simulate", "--crash-rate", "2"][..],
+        &["simulate", "--workers", "0"],
+        &["simulate", "--ttl", "1"],
+        &["simulate", "--bogus"],
+        &["verify-receipts"],
+        &["no-such-command"],
+        &[],
+    ] {
+        let out = run(args, "");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.starts_with("error: ") || err.contains("Usage:"), "{args:?}: {err}");
+    }
+}
