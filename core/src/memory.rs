@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::driver::LeaseStore;
 use crate::error::StoreError;
 use crate::model::{DispatchLogEntry, InstanceRow, InstanceStatus, IntentRow, IntentState, RunRow};
-use crate::request::{Lookup, RunOrder, StoreAnswer, StoreReply, StoreRequest, apply_update};
+use crate::request::{Lookup, Record, RunOrder, StoreAnswer, StoreReply, StoreRequest, apply_update};
 use crate::time::Timestamp;
 
 /// Runs, intents, the dispatch log and instances in memory. Single-threaded by design:
@@ -176,12 +176,24 @@ impl MemoryStore {
                 let Some(current) = self.runs.get(i) else {
                     return Err("run index out of sync".to_owned());
                 };
-                let next = apply_update(current, &when, &set, now, &self.tables())?;
-                let before = (want_before && next.is_some()).then(|| current.clone());
-                if let (Some(row), Some(slot)) = (&next, self.runs.get_mut(i)) {
-                    *slot = row.clone();
+                if !when.eval(current, now, &self.tables()) {
+                    return Ok(StoreReply::RunWrite { before: None, after: None });
                 }
-                StoreReply::RunWrite { before, after: next }
+                let before = want_before.then(|| current.clone());
+                let values = set
+                    .iter()
+                    .map(|(c, e)| e.eval(current, now, &self.tables()).map(|v| (*c, v)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                for (c, v) in &values {
+                    current.check(*c, v)?;
+                }
+                let Some(slot) = self.runs.get_mut(i) else {
+                    return Err("run index out of sync".to_owned());
+                };
+                for (c, v) in values {
+                    slot.set(c, v)?;
+                }
+                StoreReply::RunWrite { before, after: Some(slot.clone()) }
             }
             StoreRequest::ScanRuns { when, order, limit } => {
                 let t = self.tables();

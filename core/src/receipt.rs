@@ -7,7 +7,7 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::canonical;
 use crate::error::{ErrorCode, HeartError};
@@ -88,8 +88,8 @@ impl fmt::Display for HeartEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HeartReceipt {
-    /// Always [`SCHEMA_VERSION`].
-    pub schema_version: String,
+    /// Always [`SCHEMA_VERSION`] (borrowed, so emitting a receipt does not copy it).
+    pub schema_version: std::borrow::Cow<'static, str>,
     /// What happened.
     pub event: HeartEvent,
     /// The run.
@@ -106,7 +106,7 @@ pub struct HeartReceipt {
     pub digest: String,
 }
 
-/// The digest of a receipt's five covered fields.
+/// The digest of a receipt's five covered fields (streamed into the hasher, no JSON value built).
 pub fn receipt_digest(
     event: &str,
     run_id: &str,
@@ -114,14 +114,7 @@ pub fn receipt_digest(
     lease_expires_at: Option<&str>,
     effect_key: Option<&str>,
 ) -> String {
-    let opt = |v: Option<&str>| v.map_or(Value::Null, |s| Value::String(s.to_owned()));
-    let mut m = Map::new();
-    m.insert("event".into(), Value::String(event.to_owned()));
-    m.insert("runId".into(), Value::String(run_id.to_owned()));
-    m.insert("owner".into(), Value::String(owner.to_owned()));
-    m.insert("leaseExpiresAt".into(), opt(lease_expires_at));
-    m.insert("effectKey".into(), opt(effect_key));
-    canonical::canonical_digest(&Value::Object(m))
+    canonical::receipt_digest(event, run_id, owner, lease_expires_at, effect_key)
 }
 
 impl HeartReceipt {
@@ -136,7 +129,7 @@ impl HeartReceipt {
     ) -> HeartReceipt {
         let expiry = lease_expires_at.map(|t| t.to_iso());
         HeartReceipt {
-            schema_version: SCHEMA_VERSION.to_owned(),
+            schema_version: std::borrow::Cow::Borrowed(SCHEMA_VERSION),
             event,
             run_id: run_id.to_owned(),
             owner: owner.to_owned(),

@@ -152,16 +152,64 @@ impl Val {
     pub fn opt_time(t: Option<Timestamp>) -> Val {
         t.map_or(Val::Null, Val::Time)
     }
-    fn as_time(&self) -> Option<Timestamp> {
-        match self {
-            Val::Time(t) => Some(*t),
-            _ => None,
-        }
-    }
     fn as_int(&self) -> Option<i64> {
         match self {
             Val::Int(i) => Some(*i),
             _ => None,
+        }
+    }
+}
+
+/// A borrowed column value, so evaluating a condition allocates nothing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ValRef<'a> {
+    /// SQL `NULL`.
+    Null,
+    /// Text.
+    Text(&'a str),
+    /// An integer.
+    Int(i64),
+    /// A timestamp.
+    Time(Timestamp),
+    /// A JSON document.
+    Json(&'a Value),
+}
+
+impl ValRef<'_> {
+    /// The owned value.
+    pub fn to_val(self) -> Val {
+        match self {
+            ValRef::Null => Val::Null,
+            ValRef::Text(t) => Val::Text(t.to_owned()),
+            ValRef::Int(i) => Val::Int(i),
+            ValRef::Time(t) => Val::Time(t),
+            ValRef::Json(j) => Val::Json(j.clone()),
+        }
+    }
+
+    fn as_time(self) -> Option<Timestamp> {
+        match self {
+            ValRef::Time(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    fn as_int(self) -> Option<i64> {
+        match self {
+            ValRef::Int(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// Null-safe equality with an owned value.
+    pub fn equals(self, v: &Val) -> bool {
+        match (self, v) {
+            (ValRef::Null, Val::Null) => true,
+            (ValRef::Text(a), Val::Text(b)) => a == b,
+            (ValRef::Int(a), Val::Int(b)) => a == *b,
+            (ValRef::Time(a), Val::Time(b)) => a == *b,
+            (ValRef::Json(a), Val::Json(b)) => a == b,
+            _ => false,
         }
     }
 }
@@ -438,10 +486,16 @@ pub trait Lookup {
 pub trait Record {
     /// The column type.
     type Col: Copy;
+    /// The value of a column, borrowed.
+    fn get_ref(&self, col: Self::Col) -> ValRef<'_>;
     /// The value of a column.
-    fn get(&self, col: Self::Col) -> Val;
+    fn get(&self, col: Self::Col) -> Val {
+        self.get_ref(col).to_val()
+    }
     /// Writes a column. A value of the wrong type is a protocol error.
     fn set(&mut self, col: Self::Col, val: Val) -> Result<(), String>;
+    /// Whether [`Record::set`] would accept `val` for `col` (no write).
+    fn check(&self, col: Self::Col, val: &Val) -> Result<(), String>;
     /// The run this row belongs to (for [`Cond::RunHeldBy`]) and its lease owner (for
     /// [`Cond::OwnerInstanceDead`]).
     fn run_ref(&self) -> (&str, Option<&str>);
@@ -452,16 +506,16 @@ impl<C: Copy> Cond<C> {
     pub fn eval<R: Record<Col = C>>(&self, row: &R, now: Timestamp, lookup: &dyn Lookup) -> bool {
         match self {
             Cond::True => true,
-            Cond::Eq(c, v) => &row.get(*c) == v,
+            Cond::Eq(c, v) => row.get_ref(*c).equals(v),
             Cond::In(c, vs) => {
-                let x = row.get(*c);
-                x != Val::Null && vs.contains(&x)
+                let x = row.get_ref(*c);
+                x != ValRef::Null && vs.iter().any(|v| x.equals(v))
             }
-            Cond::AtMost(c, n) => row.get(*c).as_int().is_some_and(|x| x <= *n),
-            Cond::ExpiredAt(c) => row.get(*c).as_time().is_none_or(|t| t <= now),
-            Cond::LiveAt(c) => row.get(*c).as_time().is_some_and(|t| t > now),
-            Cond::OlderThan(c, ms) => row.get(*c).as_time().is_some_and(|t| now.0 - t.0 > *ms),
-            Cond::StartsWith(c, p) => matches!(row.get(*c), Val::Text(t) if t.starts_with(p.as_str())),
+            Cond::AtMost(c, n) => row.get_ref(*c).as_int().is_some_and(|x| x <= *n),
+            Cond::ExpiredAt(c) => row.get_ref(*c).as_time().is_none_or(|t| t <= now),
+            Cond::LiveAt(c) => row.get_ref(*c).as_time().is_some_and(|t| t > now),
+            Cond::OlderThan(c, ms) => row.get_ref(*c).as_time().is_some_and(|t| now.0 - t.0 > *ms),
+            Cond::StartsWith(c, p) => matches!(row.get_ref(*c), ValRef::Text(t) if t.starts_with(p.as_str())),
             Cond::And(cs) => cs.iter().all(|c| c.eval(row, now, lookup)),
             Cond::Or(cs) => cs.iter().any(|c| c.eval(row, now, lookup)),
             Cond::Not(c) => !c.eval(row, now, lookup),
@@ -491,7 +545,7 @@ impl<C: Copy> Expr<C> {
             Expr::Now => Val::Time(now),
             Expr::NowPlus(ms) => Val::Time(now.plus_millis(*ms).ok_or("timestamp out of range")?),
             Expr::Add(c, n) => {
-                let x = row.get(*c).as_int().ok_or("arithmetic on a non-integer column")?;
+                let x = row.get_ref(*c).as_int().ok_or("arithmetic on a non-integer column")?;
                 Val::Int(x.checked_add(*n).ok_or("integer overflow")?)
             }
             Expr::Case(cond, a, b) => {
@@ -564,16 +618,16 @@ fn int(v: Val, what: &str) -> Result<i64, String> {
 
 impl Record for RunRow {
     type Col = RunCol;
-    fn get(&self, col: RunCol) -> Val {
+    fn get_ref(&self, col: RunCol) -> ValRef<'_> {
         match col {
-            RunCol::Id => Val::Text(self.id.clone()),
-            RunCol::Status => Val::status(self.status),
-            RunCol::LeaseOwner => Val::opt_text(self.lease_owner.as_deref()),
-            RunCol::LeaseExpiresAt => Val::opt_time(self.lease_expires_at),
-            RunCol::Retries => Val::Int(self.retries),
-            RunCol::FencingEpoch => Val::Int(self.fencing_epoch),
-            RunCol::UpdatedAt => Val::Time(self.updated_at),
-            RunCol::IdempotencyKey => Val::Text(self.idempotency_key.clone()),
+            RunCol::Id => ValRef::Text(&self.id),
+            RunCol::Status => ValRef::Text(self.status.as_str()),
+            RunCol::LeaseOwner => self.lease_owner.as_deref().map_or(ValRef::Null, ValRef::Text),
+            RunCol::LeaseExpiresAt => self.lease_expires_at.map_or(ValRef::Null, ValRef::Time),
+            RunCol::Retries => ValRef::Int(self.retries),
+            RunCol::FencingEpoch => ValRef::Int(self.fencing_epoch),
+            RunCol::UpdatedAt => ValRef::Time(self.updated_at),
+            RunCol::IdempotencyKey => ValRef::Text(&self.idempotency_key),
         }
     }
     fn set(&mut self, col: RunCol, val: Val) -> Result<(), String> {
@@ -589,6 +643,17 @@ impl Record for RunRow {
         }
         Ok(())
     }
+    fn check(&self, col: RunCol, val: &Val) -> Result<(), String> {
+        match (col, val) {
+            (RunCol::Id | RunCol::IdempotencyKey, _) => Err(format!("{} is immutable", col.name())),
+            (RunCol::Status, Val::Text(t)) => RunStatus::parse(t).map(|_| ()).map_err(|e| e.message),
+            (RunCol::LeaseOwner, Val::Null | Val::Text(_)) => Ok(()),
+            (RunCol::LeaseExpiresAt, Val::Null | Val::Time(_)) => Ok(()),
+            (RunCol::Retries | RunCol::FencingEpoch, Val::Int(_)) => Ok(()),
+            (RunCol::UpdatedAt, Val::Time(_)) => Ok(()),
+            (c, v) => Err(format!("{}: a value of the wrong type: {v:?}", c.name())),
+        }
+    }
     fn run_ref(&self) -> (&str, Option<&str>) {
         (&self.id, self.lease_owner.as_deref())
     }
@@ -596,18 +661,18 @@ impl Record for RunRow {
 
 impl Record for IntentRow {
     type Col = IntentCol;
-    fn get(&self, col: IntentCol) -> Val {
+    fn get_ref(&self, col: IntentCol) -> ValRef<'_> {
         match col {
-            IntentCol::State => Val::Text(self.state.as_str().to_owned()),
-            IntentCol::Channel => Val::Text(self.channel.clone()),
-            IntentCol::PayloadDigest => Val::Text(self.payload_digest.clone()),
-            IntentCol::FenceOwner => Val::opt_text(self.fence_owner.as_deref()),
-            IntentCol::FenceExpiresAt => Val::opt_time(self.fence_expires_at),
-            IntentCol::FenceEpoch => self.fence_epoch.map_or(Val::Null, Val::Int),
-            IntentCol::ExternalRef => self.external_ref.clone().map_or(Val::Null, Val::Json),
-            IntentCol::Attempts => Val::Int(self.attempts),
-            IntentCol::LastError => Val::opt_text(self.last_error.as_deref()),
-            IntentCol::CommittedAt => Val::opt_time(self.committed_at),
+            IntentCol::State => ValRef::Text(self.state.as_str()),
+            IntentCol::Channel => ValRef::Text(&self.channel),
+            IntentCol::PayloadDigest => ValRef::Text(&self.payload_digest),
+            IntentCol::FenceOwner => self.fence_owner.as_deref().map_or(ValRef::Null, ValRef::Text),
+            IntentCol::FenceExpiresAt => self.fence_expires_at.map_or(ValRef::Null, ValRef::Time),
+            IntentCol::FenceEpoch => self.fence_epoch.map_or(ValRef::Null, ValRef::Int),
+            IntentCol::ExternalRef => self.external_ref.as_ref().map_or(ValRef::Null, ValRef::Json),
+            IntentCol::Attempts => ValRef::Int(self.attempts),
+            IntentCol::LastError => self.last_error.as_deref().map_or(ValRef::Null, ValRef::Text),
+            IntentCol::CommittedAt => self.committed_at.map_or(ValRef::Null, ValRef::Time),
         }
     }
     fn set(&mut self, col: IntentCol, val: Val) -> Result<(), String> {
@@ -643,6 +708,10 @@ impl Record for IntentRow {
         }
         Ok(())
     }
+    fn check(&self, col: IntentCol, val: &Val) -> Result<(), String> {
+        let mut scratch = self.clone();
+        scratch.set(col, val.clone())
+    }
     fn run_ref(&self) -> (&str, Option<&str>) {
         (&self.run_id, None)
     }
@@ -650,11 +719,11 @@ impl Record for IntentRow {
 
 impl Record for InstanceRow {
     type Col = InstanceCol;
-    fn get(&self, col: InstanceCol) -> Val {
+    fn get_ref(&self, col: InstanceCol) -> ValRef<'_> {
         match col {
-            InstanceCol::InstanceId => Val::Text(self.instance_id.clone()),
-            InstanceCol::Status => Val::Text(self.status.as_str().to_owned()),
-            InstanceCol::LastHeartbeat => Val::Time(self.last_heartbeat),
+            InstanceCol::InstanceId => ValRef::Text(&self.instance_id),
+            InstanceCol::Status => ValRef::Text(self.status.as_str()),
+            InstanceCol::LastHeartbeat => ValRef::Time(self.last_heartbeat),
         }
     }
     fn set(&mut self, col: InstanceCol, val: Val) -> Result<(), String> {
@@ -672,6 +741,10 @@ impl Record for InstanceRow {
             }
         }
         Ok(())
+    }
+    fn check(&self, col: InstanceCol, val: &Val) -> Result<(), String> {
+        let mut scratch = self.clone();
+        scratch.set(col, val.clone())
     }
     fn run_ref(&self) -> (&str, Option<&str>) {
         (&self.instance_id, None)
