@@ -21,6 +21,9 @@ source scripts/postgres.sh
 ensure_postgres
 echo "DATABASE_URL=$DATABASE_URL"
 
+step "the heart:fleet component: build, wrap, validate, import gate (the wasmtime host tests load it)"
+cargo run -q -p xtask -- component
+
 step "cargo test (workspace)"
 cargo test --workspace --all-targets --no-fail-fast
 cargo test --workspace --doc
@@ -46,6 +49,13 @@ bad = {k: r[k] for k in ("exclusion_violations", "duplicate_effects", "stale_com
 assert not bad, bad
 print("simulate safety report: all counts 0")
 PY
+
+step "the canary on the embedded SQLite default, from a fresh directory"
+canary_dir=$(mktemp -d)
+root=$PWD
+(cd "$canary_dir" && cargo run --release -q --manifest-path "$root/Cargo.toml" --bin heart-fleet -- canary \
+  && cargo run --release -q --manifest-path "$root/Cargo.toml" --bin heart-fleet -- canary) | tail -n 1
+rm -rf "$canary_dir"
 
 echo
 echo "all tests passed"

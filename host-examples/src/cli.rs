@@ -4,8 +4,9 @@
 //! [`run`]; options shared by several commands are small `Args` structs flattened into
 //! them ([`ReceiptsArg`] for `--receipts FILE`). A command writes its results to `out`
 //! and its diagnostics to `err` and returns an [`Exit`], so it can be tested without a
-//! process. New commands (canary, reclaim, migrate, runs, instances, metrics) and a global
-//! `--store URL` (a field of [`Cli`] marked `global = true`) slot in the same way.
+//! process. Options every command shares are in [`Global`] (`--store URL`, `--engine`),
+//! marked `global = true` so they may stand before or after the subcommand. The commands on
+//! a store are in [`crate::commands`], the multi-process simulation in [`crate::procsim`].
 //!
 //! Exit statuses (see [`Exit`]): 0 success, 1 a check failed, 2 the command could not run
 //! (clap also exits with 2 on wrong arguments, after a one-line `error: ...` and usage).
@@ -18,16 +19,40 @@ use heart_fleet_core::receipt::ReceiptSink;
 
 use crate::Exit;
 use crate::canonical_cmd::{self, Form};
+use crate::commands;
+use crate::engine::EngineKind;
+use crate::procsim::{self, ProcConfig};
 use crate::receipts_file::{self, JsonlFileSink, SinkHealth};
 use crate::simulate::{self, Fault, SimConfig};
 
 /// heart-fleet: fenced leases for fleets of workers, from the command line.
+///
+/// Commands that work on a store use `--store URL`; without it they use the embedded
+/// SQLite store `sqlite:heart-fleet.db` in the current directory, created and migrated on
+/// first use. Every other store must be migrated first with `heart-fleet migrate`.
 #[derive(Debug, Parser)]
 #[command(name = "heart-fleet", version, propagate_version = true)]
 pub struct Cli {
+    /// Options of every command.
+    #[command(flatten)]
+    pub global: Global,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Options of every command.
+#[derive(Debug, Clone, Default, Args)]
+pub struct Global {
+    /// The store: sqlite:PATH, sqlite::memory:, or postgres://USER:PASSWORD@HOST:PORT/DATABASE
+    /// (libpq parameters allowed, e.g. ?options=-csearch_path%3Dmy_schema) [default: sqlite:heart-fleet.db
+    /// in the current directory, the embedded store, created and migrated on first use]
+    #[arg(long, global = true, value_name = "URL")]
+    pub store: Option<String>,
+    /// What runs the lease operations: the native crate, or the WebAssembly component
+    /// (not built into this CLI yet: exits 2).
+    #[arg(long, global = true, value_enum, default_value_t = EngineKind::Native)]
+    pub engine: EngineKind,
 }
 
 /// The commands.
@@ -44,12 +69,49 @@ pub enum Command {
     /// Blank lines are skipped. The first invalid line stops the command with
     /// `line N: ...` on stderr and exit status 1.
     Digest,
-    /// Check a JSON Lines file of receipts; exit 0 if all verify, 1 otherwise, 2 if the
-    /// file cannot be read.
+    /// Check a JSON Lines file of receipts, or the store's receipts table (--table); exit 0
+    /// if all verify, 1 otherwise, 2 if they cannot be read.
     VerifyReceipts(VerifyReceiptsArgs),
-    /// Run an in-process fleet with crashes and pauses on the memory store and report
-    /// whether every safety count stayed 0 (exit 0) or not (exit 1).
+    /// Run a fleet with crashing workers and report whether every safety count stayed 0
+    /// (exit 0) or not (exit 1).
+    ///
+    /// Without --processes: an in-process fleet with crashes and pauses on the memory store
+    /// and a virtual clock (a seed reproduces the run exactly). With --processes N: N real
+    /// worker processes against one shared store (--store: a SQLite file or PostgreSQL;
+    /// default: a fresh temporary SQLite file), some killed with SIGKILL while they hold a
+    /// lease, the parent running the sweeper and the reconciler.
     Simulate(SimulateArgs),
+    /// Create or upgrade the tables of the store (idempotent; records what it applied in
+    /// heart_fleet_migrations).
+    Migrate,
+    /// Find or create the canary run (deterministic key zoe.heart.canary/singleton), run a
+    /// lease-guarded no-op, release the run back to ready, and print the receipts (JSON
+    /// lines) and the beat line {"ran":…,"reason"?:…,"metrics":{…}}.
+    ///
+    /// Exit 0 when the no-op ran or another holder had the lease (reason lease-held), 1 when
+    /// the lease could not be taken otherwise, was lost, or the release was refused, 2 when
+    /// the store failed.
+    Canary(CanaryArgs),
+    /// The recovery pass: the TTL sweep (expired leases back to ready, or quarantined at the
+    /// retry ceiling), then the liveness sweep (runs of instances silent too long).
+    Reclaim(ReclaimArgs),
+    /// List and inspect runs; operator actions (requeue, force-release) leave receipts.
+    Runs(RunsArgs),
+    /// List, register, heartbeat and drain worker instances (for the liveness sweep).
+    Instances(InstancesArgs),
+    /// Prometheus text of fleet-wide numbers read from the store.
+    ///
+    /// The core's 13 counters (heart_fleet_acquire_wins_total, …) are per process: they live
+    /// in each worker's fleet and die with it, so a separate command cannot read them. This
+    /// command derives fleet-wide numbers from the store instead: heart_fleet_receipts_total
+    /// by event from the heart_receipts table (which every heart-fleet command and worker
+    /// appends to; acquired, renewed, released, reclaimed, quarantined, fence_verified,
+    /// effect_committed and effect_deduped equal the fleet-wide sums of the matching
+    /// counters), and runs and instances by status.
+    Metrics,
+    /// A worker process of `simulate --processes` (started by it; not for people).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
 }
 
 /// `--receipts FILE`, for every command that emits receipts.
@@ -64,8 +126,182 @@ pub struct ReceiptsArg {
 #[derive(Debug, Args)]
 pub struct VerifyReceiptsArgs {
     /// The JSON Lines file (one receipt per line; blank lines are skipped).
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    #[arg(value_name = "FILE", required_unless_present = "table")]
+    pub file: Option<PathBuf>,
+    /// Check the store's heart_receipts table instead of a file.
+    #[arg(long, conflicts_with = "file")]
+    pub table: bool,
+}
+
+/// Arguments of `canary`.
+#[derive(Debug, Args)]
+pub struct CanaryArgs {
+    /// The lease owner [default: heart-fleet:<hostname>:<pid>]
+    #[arg(long, value_name = "NAME")]
+    pub owner: Option<String>,
+    /// Lease length in seconds (the heartbeat renews every max(1 s, ttl/2)).
+    #[arg(long = "ttl", value_name = "SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(i64).range(1..=31_536_000))]
+    pub ttl_seconds: i64,
+    /// Keep the lease this long during the no-op (heartbeating), e.g. to race two canaries.
+    #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub hold_ms: u64,
+    /// Where receipts also go.
+    #[command(flatten)]
+    pub receipts: ReceiptsArg,
+}
+
+/// Arguments of `reclaim`.
+#[derive(Debug, Args)]
+pub struct ReclaimArgs {
+    /// Most runs each sweep recovers.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub limit: u32,
+    /// An instance silent for more than this is dead.
+    #[arg(long, value_name = "MS", default_value_t = 90_000, value_parser = clap::value_parser!(i64).range(1..=31_536_000_000))]
+    pub liveness_ttl_ms: i64,
+    /// Retry ceiling: a run recovered past it is quarantined [default: 5]
+    #[arg(long, value_name = "N")]
+    pub max_retries: Option<u32>,
+    /// Print the summary as one JSON object {"ttlSweep":…,"liveness":…}.
+    #[arg(long)]
+    pub json: bool,
+    /// Where receipts also go.
+    #[command(flatten)]
+    pub receipts: ReceiptsArg,
+}
+
+/// Arguments of `runs`.
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// The action.
+    #[command(subcommand)]
+    pub command: RunsCommand,
+}
+
+/// `runs` actions.
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// List runs, most recently updated first (one per line; --json: one JSON object per line).
+    List {
+        /// Only runs in this status (ready, leased, running, completed, quarantined, …).
+        #[arg(long, value_name = "STATUS")]
+        status: Option<String>,
+        /// At most this many.
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: u32,
+        /// JSON lines instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print one run as JSON (exit 1 if there is none).
+    Show {
+        /// The run id.
+        id: String,
+    },
+    /// Put a quarantined run back to ready with retries 0 (receipt `requeued`).
+    Requeue {
+        /// The run id.
+        id: String,
+        /// Who did it (the receipt's owner).
+        #[arg(long, value_name = "NAME")]
+        operator: String,
+        /// Where the receipt also goes.
+        #[command(flatten)]
+        receipts: ReceiptsArg,
+    },
+    /// Remove a lease by force, back to ready (receipt `force_released`); the holder's
+    /// token stops working at once.
+    ForceRelease {
+        /// The run id.
+        id: String,
+        /// Where the receipt also goes.
+        #[command(flatten)]
+        receipts: ReceiptsArg,
+    },
+    /// Find or create a ready run by its idempotency key; prints {"created":…,"run":…}.
+    Create {
+        /// The idempotency key.
+        key: String,
+        /// What the run is for.
+        #[arg(long, default_value = "created with heart-fleet runs create")]
+        objective: String,
+        /// Who creates it.
+        #[arg(long, value_name = "NAME", default_value = "heart-fleet:cli")]
+        created_by: String,
+    },
+}
+
+/// Arguments of `instances`.
+#[derive(Debug, Args)]
+pub struct InstancesArgs {
+    /// The action.
+    #[command(subcommand)]
+    pub command: InstancesCommand,
+}
+
+/// `instances` actions.
+#[derive(Debug, Subcommand)]
+pub enum InstancesCommand {
+    /// List instances (one per line; --json: one JSON object per line).
+    List {
+        /// JSON lines instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Register (or re-register) an instance as alive.
+    Register {
+        /// The instance id (the lease owner name its worker uses).
+        id: String,
+        /// Its host [default: this host]
+        #[arg(long)]
+        hostname: Option<String>,
+        /// Its process id.
+        #[arg(long)]
+        pid: Option<i64>,
+    },
+    /// Record a heartbeat (exit 1 if the instance is unknown or dead).
+    Heartbeat {
+        /// The instance id.
+        id: String,
+    },
+    /// Mark an instance draining: live until it goes silent (exit 1 if unknown or dead).
+    Drain {
+        /// The instance id.
+        id: String,
+    },
+}
+
+/// Arguments of the hidden `worker` subcommand.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The simulation.
+    #[arg(long)]
+    pub sim_id: String,
+    /// The worker's name.
+    #[arg(long)]
+    pub name: String,
+    /// Its journal file.
+    #[arg(long)]
+    pub journal: PathBuf,
+    /// Lease length in seconds.
+    #[arg(long = "ttl", default_value_t = 2)]
+    pub ttl_seconds: i64,
+    /// Effects per run.
+    #[arg(long, default_value_t = 2)]
+    pub effects: u32,
+    /// Work before each effect.
+    #[arg(long, default_value_t = 60)]
+    pub work_ms: u64,
+    /// Pause on each side of a delivery.
+    #[arg(long, default_value_t = 10)]
+    pub effect_ms: u64,
+    /// Exit after this long.
+    #[arg(long, default_value_t = 60_000)]
+    pub deadline_ms: u64,
+    /// Seed of its choices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 /// Arguments of `simulate`.
@@ -92,7 +328,8 @@ pub struct SimulateArgs {
     /// Steps with faults before recovery is driven to quiescence.
     #[arg(long, default_value_t = 10_000)]
     pub steps: u64,
-    /// Lease length in seconds (one step is one second, so a lease must span two).
+    /// Lease length in seconds (in process: one step is one second, so a lease must span
+    /// two; with --processes it is real time and also the liveness TTL).
     #[arg(long = "ttl", value_name = "SECONDS", default_value_t = 5, value_parser = clap::value_parser!(i64).range(2..=3_600))]
     pub ttl_seconds: i64,
     /// The sweeper (reclaim, reconcile, requeue) runs every N steps.
@@ -111,6 +348,18 @@ pub struct SimulateArgs {
     /// Print only the final report (no receipts, faults or metrics as it goes).
     #[arg(long, conflicts_with = "json")]
     pub quiet: bool,
+    /// Run N real worker processes against one shared store instead of the in-process fleet.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub processes: Option<u32>,
+    /// With --processes: workers to kill with SIGKILL while they hold a lease [default: N]
+    #[arg(long, value_name = "K", requires = "processes")]
+    pub kills: Option<u32>,
+    /// With --processes: the wall-clock bound of the whole run.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub max_seconds: u64,
+    /// With --processes: work before each effect, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub work_ms: u64,
     /// Where receipts also go.
     #[command(flatten)]
     pub receipts: ReceiptsArg,
@@ -123,19 +372,40 @@ fn probability(text: &str) -> Result<f64, String> {
 
 /// Runs a parsed command line against the given streams.
 pub fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
+    let g = &cli.global;
     match cli.command {
         Command::Canonicalize => canonical_cmd::run(Form::Canonical, input, out, err),
         Command::Digest => canonical_cmd::run(Form::Digest, input, out, err),
+        Command::VerifyReceipts(args) if args.table => commands::verify_table(g, out, err),
         Command::VerifyReceipts(args) => verify_receipts(&args, out, err),
-        Command::Simulate(args) => simulate_cmd(&args, out, err),
+        Command::Simulate(args) => match args.processes {
+            Some(n) => simulate_processes(g, &args, n, out, err),
+            None if g.store.is_some() => commands::fail(
+                err,
+                Exit::Error,
+                "simulate --store needs --processes N: the in-process simulation runs on the memory store's \
+                 virtual clock; --processes runs real worker processes against the store",
+            ),
+            None => simulate_cmd(g, &args, out, err),
+        },
+        Command::Migrate => commands::migrate(g, out, err),
+        Command::Canary(args) => commands::canary(g, &args, out, err),
+        Command::Reclaim(args) => commands::reclaim(g, &args, out, err),
+        Command::Runs(args) => commands::runs(g, &args, out, err),
+        Command::Instances(args) => commands::instances(g, &args, out, err),
+        Command::Metrics => commands::metrics(g, out, err),
+        Command::Worker(args) => worker(g, &args, err),
     }
 }
 
 fn verify_receipts(args: &VerifyReceiptsArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
-    let file = match std::fs::File::open(&args.file) {
+    let Some(path) = args.file.as_deref() else {
+        return commands::fail(err, Exit::Error, "verify-receipts needs a FILE or --table");
+    };
+    let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) => {
-            let _ = writeln!(err, "heart-fleet: cannot read {}: {e}", args.file.display());
+            let _ = writeln!(err, "heart-fleet: cannot read {}: {e}", path.display());
             return Exit::Error;
         }
     };
@@ -143,7 +413,7 @@ fn verify_receipts(args: &VerifyReceiptsArgs, out: &mut dyn Write, err: &mut dyn
     let summary = match receipts_file::verify_lines(&mut reader, out) {
         Ok(s) => s,
         Err(e) => {
-            let _ = writeln!(err, "heart-fleet: cannot read {}: {e}", args.file.display());
+            let _ = writeln!(err, "heart-fleet: cannot read {}: {e}", path.display());
             return Exit::Error;
         }
     };
@@ -184,7 +454,10 @@ pub fn check_receipts(health: Option<&SinkHealth>, path: Option<&Path>, err: &mu
     }
 }
 
-fn simulate_cmd(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
+fn simulate_cmd(g: &Global, args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
+    if let Err(e) = g.engine.check() {
+        return commands::fail(err, Exit::Error, e);
+    }
     let cfg = SimConfig {
         workers: args.workers,
         runs: args.runs,
@@ -230,6 +503,90 @@ fn simulate_cmd(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -
         return crate::io_failure(err, &e);
     }
     if report.safe { Exit::Success } else { Exit::Failure }
+}
+
+fn simulate_processes(g: &Global, args: &SimulateArgs, n: u32, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
+    if let Err(e) = g.engine.check() {
+        return commands::fail(err, Exit::Error, e);
+    }
+    let cfg = ProcConfig {
+        processes: n,
+        runs: args.runs,
+        effects: args.effects,
+        ttl_seconds: args.ttl_seconds,
+        kills: args.kills.unwrap_or(n),
+        seed: args.seed,
+        max_seconds: args.max_seconds,
+        work_ms: args.work_ms,
+        effect_ms: 25,
+    };
+    // The default is a fresh SQLite file of its own, never the embedded store.
+    let (url, temp) = match g.store.clone() {
+        Some(url) => (url, None),
+        None => {
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+            let path = std::env::temp_dir().join(format!("heart-fleet-simulate-{}-{nanos}.db", std::process::id()));
+            let url = format!("sqlite:{}", path.display());
+            if let Err(e) = heart_fleet_stores::open_migrated(&url) {
+                return commands::fail(err, Exit::Error, e);
+            }
+            (url, Some(path))
+        }
+    };
+    let (sink, health) = match open_receipts(&args.receipts, err) {
+        Ok(Some((sink, health))) => (Some(sink), Some(health)),
+        Ok(None) => (None, None),
+        Err(exit) => return exit,
+    };
+    let live = !(args.json || args.quiet);
+    let result =
+        if live { procsim::run(&cfg, &url, sink, Some(&mut *out)) } else { procsim::run(&cfg, &url, sink, None) };
+    if let Some(path) = temp {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => return commands::fail(err, Exit::Error, format!("simulate: {e}")),
+    };
+    if let Err(exit) = check_receipts(health.as_ref(), args.receipts.receipts.as_deref(), err) {
+        return exit;
+    }
+    let written = if args.json {
+        match serde_json::to_string(&report) {
+            Ok(text) => writeln!(out, "{text}"),
+            Err(e) => return commands::fail(err, Exit::Error, e),
+        }
+    } else {
+        report.write_human(out)
+    };
+    if let Err(e) = written.and_then(|()| out.flush()) {
+        return crate::io_failure(err, &e);
+    }
+    if report.safe { Exit::Success } else { Exit::Failure }
+}
+
+fn worker(g: &Global, args: &WorkerArgs, err: &mut dyn Write) -> Exit {
+    let url = match g.store.clone().or_else(|| std::env::var(procsim::STORE_ENV).ok()) {
+        Some(u) => u,
+        None => return commands::fail(err, Exit::Error, "worker: no store (it is started by simulate --processes)"),
+    };
+    let cfg = procsim::WorkerConfig {
+        sim_id: args.sim_id.clone(),
+        name: args.name.clone(),
+        journal: args.journal.clone(),
+        ttl_seconds: args.ttl_seconds,
+        effects: args.effects,
+        work_ms: args.work_ms,
+        effect_ms: args.effect_ms,
+        deadline_ms: args.deadline_ms,
+        seed: args.seed,
+    };
+    match procsim::run_worker(&url, cfg) {
+        Ok(()) => Exit::Success,
+        Err(e) => commands::fail(err, Exit::Error, format!("worker {}: {e}", args.name)),
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,13 @@
 //! * [`sinks`]: small [`heart_fleet_core::receipt::ReceiptSink`]s that commands combine.
 //! * [`simulate`]: an in-process fleet on the core's memory store with crashes, pauses, a
 //!   sweeper and a reconciler, checked by bookkeeping of its own.
+//! * [`procsim`]: `simulate --processes N`: real worker processes on one shared SQL store,
+//!   some killed with SIGKILL, checked by journals, receipts and a receiving system's table.
+//! * [`commands`]: the commands on a store (`migrate`, `canary`, `reclaim`, `runs`,
+//!   `instances`, `metrics`, `verify-receipts --table`), over the stores of
+//!   `heart-fleet-stores` (`--store URL`, default `sqlite:heart-fleet.db`).
+//! * [`engine`]: the fleet operations those commands use, behind the [`engine::Engine`]
+//!   trait (native crate now; the WebAssembly component later, `--engine component`).
 //! * [`rng`]: the deterministic generator the simulation draws from.
 //!
 //! The core does no I/O; everything that touches files, standard streams, or randomness
@@ -19,6 +26,9 @@
 
 pub mod canonical_cmd;
 pub mod cli;
+pub mod commands;
+pub mod engine;
+pub mod procsim;
 pub mod receipts_file;
 pub mod rng;
 pub mod simulate;
@@ -30,8 +40,11 @@ use std::process::ExitCode;
 /// The exit statuses of every command.
 ///
 /// `0` success; `1` the command ran and found a problem in its input (an invalid JSON
-/// line, a tampered receipt, a non-zero safety count); `2` the command could not run (a
-/// file that cannot be read or written, wrong arguments — clap also exits with 2).
+/// line, a tampered receipt, a non-zero safety count, a run that is not found or not in the
+/// status an operator action needs, a canary that could not run); `2` the command could not
+/// run (a file that cannot be read or written, a store that is unknown, unreachable or not
+/// migrated, a store failure mid-operation, an engine that is not built, wrong arguments —
+/// clap also exits with 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// Everything checked out.

@@ -927,7 +927,7 @@ pub fn check_receipts<D: Db>(db: &mut D) {
             heart_fleet_core::sql::SqlValue::Null => None,
             other => panic!("{other:?}"),
         };
-        assert_eq!(text(0).as_deref(), Some(r.schema_version.as_str()));
+        assert_eq!(text(0).as_deref(), Some(r.schema_version.as_ref()));
         assert_eq!(text(1).as_deref(), Some(r.event.as_str()));
         assert_eq!((text(2), text(3)), (Some(r.run_id.clone()), Some(r.owner.clone())));
         assert_eq!((text(4), text(5)), (r.lease_expires_at.clone(), r.effect_key.clone()));

@@ -1,0 +1,245 @@
+//! The stores through their public entry points: URLs, the schema check, migrations, the
+//! store conformance suite on stores made by `open`, WAL sharing between connections, and
+//! the receipts table.
+//!
+//! PostgreSQL tests need `DATABASE_URL`; without it they print a SKIPPED line and pass,
+//! unless `CI` is set, where they fail. Each works in a schema of its own (selected with the
+//! URL's `options=-csearch_path=…`), dropped at the end.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use heart_fleet_core::store_suite::{StoreFixture, run_store_suite};
+use heart_fleet_core::{HeartEvent, HeartFleet, HeartReceipt, InstanceRow, IntentRow, RunRow, StoreError, Timestamp};
+use heart_fleet_stores::receipts::ReceiptTableSink;
+use heart_fleet_stores::{AnyStore, StoreOpenError, StoreTarget, connect, migrate, open, redact};
+
+static N: AtomicUsize = AtomicUsize::new(0);
+
+fn temp_db(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("heart-stores-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn urls_parse_and_unknown_schemes_are_named() {
+    assert_eq!(StoreTarget::parse("sqlite::memory:").unwrap(), StoreTarget::SqliteMemory);
+    assert_eq!(StoreTarget::parse("sqlite:a/b.db").unwrap(), StoreTarget::SqliteFile("a/b.db".into()));
+    assert_eq!(StoreTarget::parse("sqlite:///tmp/x.db").unwrap(), StoreTarget::SqliteFile("/tmp/x.db".into()));
+    assert!(matches!(StoreTarget::parse("postgresql://h/db").unwrap(), StoreTarget::Postgres(_)));
+    for bad in ["mysql://u:p@h/db", "heart-fleet.db", "sqlite:", ""] {
+        let e = StoreTarget::parse(bad).unwrap_err();
+        assert!(matches!(e, StoreOpenError::UnknownScheme { .. }), "{bad}");
+        assert!(!e.to_string().contains(":p@"), "{e}");
+        assert_eq!(e.to_string().lines().count(), 1);
+    }
+    assert_eq!(redact("postgres://heart:secret@127.0.0.1:5432/db"), "postgres://heart:****@127.0.0.1:5432/db");
+    assert_eq!(redact("postgres://heart@h/db"), "postgres://heart@h/db");
+}
+
+#[test]
+fn open_refuses_missing_files_directories_and_tables() {
+    let path = temp_db("fresh.db");
+    let url = format!("sqlite:{}", path.display());
+    let e = open(&url).unwrap_err();
+    assert!(matches!(&e, StoreOpenError::NotMigrated { missing, .. } if missing == "database file"), "{e}");
+    assert!(e.to_string().contains("heart-fleet migrate"), "{e}");
+    assert!(!path.exists(), "open must not create the file");
+
+    // An empty database: the first missing table is named.
+    let mut store = connect(&url).unwrap();
+    drop(store);
+    let e = open(&url).unwrap_err();
+    assert!(matches!(&e, StoreOpenError::NotMigrated { missing, .. } if missing == "table agent_runs"), "{e}");
+
+    store = connect(&url).unwrap();
+    let first = migrate(&mut store).unwrap();
+    assert!(first.iter().all(|m| m.applied), "{first:?}");
+    let second = migrate(&mut store).unwrap();
+    assert!(second.iter().all(|m| !m.applied), "{second:?}");
+    open(&url).unwrap();
+
+    let e = open("sqlite:/no/such/dir/x.db").unwrap_err();
+    assert!(matches!(e, StoreOpenError::Unreachable { .. }), "{e}");
+    assert!(e.to_string().contains("does not exist"), "{e}");
+}
+
+#[test]
+fn an_unreachable_postgres_is_one_clear_error() {
+    let e = open("postgres://heart:secret@127.0.0.1:1/nowhere").unwrap_err();
+    assert!(matches!(e, StoreOpenError::Unreachable { .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.starts_with("cannot open store postgres://heart:****@127.0.0.1:1/nowhere: "), "{text}");
+    assert_eq!(text.lines().count(), 1);
+}
+
+/// Fresh SQLite files (WAL) opened with `open` after `migrate`, seeded with the stores' helpers.
+struct FileFixture;
+
+impl StoreFixture for FileFixture {
+    type Store = AnyStore;
+
+    fn fresh(&mut self) -> Result<AnyStore, StoreError> {
+        let url = format!("sqlite:{}", temp_db("suite.db").display());
+        let mut store = connect(&url).map_err(|e| StoreError(e.to_string()))?;
+        migrate(&mut store)?;
+        open(&url).map_err(|e| StoreError(e.to_string()))
+    }
+    fn seed_run(&mut self, store: &mut AnyStore, row: &RunRow) -> Result<(), StoreError> {
+        store.insert_run(row)
+    }
+    fn seed_instance(&mut self, store: &mut AnyStore, row: &InstanceRow) -> Result<(), StoreError> {
+        store.insert_instance(row)
+    }
+    fn seed_intent(&mut self, store: &mut AnyStore, row: &IntentRow) -> Result<(), StoreError> {
+        store.insert_intent(row)
+    }
+}
+
+#[test]
+fn a_sqlite_file_store_passes_the_store_suite() {
+    let report = run_store_suite(&mut FileFixture);
+    assert!(report.ok(), "{:#?}", report.failed);
+    assert_eq!(report.passed.len(), 10);
+}
+
+#[test]
+fn two_connections_share_one_wal_file() {
+    let url = format!("sqlite:{}", temp_db("shared.db").display());
+    let mut store = connect(&url).unwrap();
+    migrate(&mut store).unwrap();
+    let AnyStore::Sqlite(s) = &store else { panic!() };
+    let mode: String = s.connection().query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+    assert_eq!(mode, "wal");
+    let mut a = HeartFleet::new(open(&url).unwrap());
+    let mut b = HeartFleet::new(open(&url).unwrap());
+    let (run, created) = a.ensure_resource_run("mutex", "printer", "a printer", "test").unwrap();
+    assert!(created);
+    let (same, created) = b.ensure_resource_run("mutex", "printer", "a printer", "test").unwrap();
+    assert!(!created && same.id == run.id);
+    assert!(a.acquire(&run.id, "A", 60).unwrap().acquired);
+    let lost = b.acquire(&run.id, "B", 60).unwrap();
+    assert!(!lost.acquired);
+    assert_eq!(lost.code, Some(heart_fleet_core::ErrorCode::LeaseHeld));
+}
+
+fn check_receipt_table(mut store: AnyStore) {
+    let (sink, health) = ReceiptTableSink::new(&store);
+    let mut heart = HeartFleet::new(store.clone()).with_sink(Box::new(sink));
+    let (run, _) = heart.ensure_resource_run("mutex", "receipts", "receipts", "test").unwrap();
+    let fence = heart.acquire(&run.id, "A", 60).unwrap().fence.unwrap();
+    heart.release(&fence, heart_fleet_core::ops::ReleaseTo::Ready).unwrap();
+    assert_eq!(health.written(), 2);
+    assert!(health.error().is_none());
+    let mut lines = Vec::new();
+    let s = store.verify_receipts(&mut |l| lines.push(l)).unwrap();
+    assert_eq!((s.receipts, s.ok), (2, 2), "{lines:?}");
+    let counts = store.receipt_counts().unwrap();
+    assert_eq!(counts.get("acquired"), Some(&1));
+    assert_eq!(counts.get("released"), Some(&1));
+    // A forged receipt (digest of other fields) is caught, and so is a column edited behind
+    // the receipt's back.
+    let mut forged = HeartReceipt::new(HeartEvent::Released, &run.id, "A", None, None, Timestamp(0));
+    forged.owner = "mallory".into();
+    store.append_receipt(&forged).unwrap();
+    store.batch("UPDATE heart_receipts SET owner = 'eve' WHERE event = 'acquired'").unwrap();
+    let mut lines = Vec::new();
+    let s = store.verify_receipts(&mut |l| lines.push(l)).unwrap();
+    assert_eq!((s.receipts, s.ok, s.tampered, s.malformed), (3, 1, 2, 0), "{lines:?}");
+    assert!(lines.iter().all(|l| l.contains("receipt-tampered")), "{lines:?}");
+}
+
+#[test]
+fn receipts_go_to_the_table_and_verify_on_sqlite() {
+    let url = format!("sqlite:{}", temp_db("receipts.db").display());
+    let mut store = connect(&url).unwrap();
+    migrate(&mut store).unwrap();
+    check_receipt_table(store);
+}
+
+// ------------------------------------------------------------------------------------------
+// PostgreSQL
+// ------------------------------------------------------------------------------------------
+
+fn database_url() -> Option<String> {
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(std::env::var_os("CI").is_none(), "DATABASE_URL is not set, and CI is: PostgreSQL tests must run");
+            eprintln!("SKIPPED: heart-fleet-stores PostgreSQL tests (set DATABASE_URL to run them)");
+            None
+        }
+    }
+}
+
+/// A schema of its own, dropped on drop; `url` selects it through `options`.
+struct PgSchema {
+    admin: postgres::Client,
+    name: String,
+    url: String,
+}
+
+impl PgSchema {
+    fn new(base: &str) -> PgSchema {
+        let name = format!("heart_stores_{}_{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst));
+        let mut admin = postgres::Client::connect(base, postgres::NoTls).unwrap();
+        admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}")).unwrap();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=-csearch_path%3D{name}");
+        PgSchema { admin, name, url }
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        let _ = self.admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
+    }
+}
+
+struct PgFixture {
+    base: String,
+    schemas: Vec<PgSchema>,
+}
+
+impl StoreFixture for PgFixture {
+    type Store = AnyStore;
+
+    fn fresh(&mut self) -> Result<AnyStore, StoreError> {
+        let schema = PgSchema::new(&self.base);
+        let mut store = connect(&schema.url).map_err(|e| StoreError(e.to_string()))?;
+        migrate(&mut store)?;
+        let store = open(&schema.url).map_err(|e| StoreError(e.to_string()))?;
+        self.schemas.push(schema);
+        Ok(store)
+    }
+    fn seed_run(&mut self, store: &mut AnyStore, row: &RunRow) -> Result<(), StoreError> {
+        store.insert_run(row)
+    }
+    fn seed_instance(&mut self, store: &mut AnyStore, row: &InstanceRow) -> Result<(), StoreError> {
+        store.insert_instance(row)
+    }
+    fn seed_intent(&mut self, store: &mut AnyStore, row: &IntentRow) -> Result<(), StoreError> {
+        store.insert_intent(row)
+    }
+}
+
+#[test]
+fn postgres_open_migrate_suite_and_receipts() {
+    let Some(base) = database_url() else { return };
+    let schema = PgSchema::new(&base);
+    let e = open(&schema.url).unwrap_err();
+    assert!(matches!(&e, StoreOpenError::NotMigrated { missing, .. } if missing == "table agent_runs"), "{e}");
+    assert!(e.to_string().contains("heart-fleet migrate"), "{e}");
+    let mut store = connect(&schema.url).unwrap();
+    assert!(migrate(&mut store).unwrap().iter().all(|m| m.applied));
+    assert!(migrate(&mut store).unwrap().iter().all(|m| !m.applied));
+    check_receipt_table(open(&schema.url).unwrap());
+
+    let mut fixture = PgFixture { base, schemas: Vec::new() };
+    let report = run_store_suite(&mut fixture);
+    assert!(report.ok(), "{:#?}", report.failed);
+    assert_eq!(report.passed.len(), 10);
+}
