@@ -49,6 +49,7 @@
 //! ```
 
 pub mod canonical;
+pub mod conformance;
 pub mod driver;
 pub mod error;
 pub mod fleet;

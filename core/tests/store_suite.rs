@@ -8,7 +8,7 @@ struct Memory;
 impl StoreFixture for Memory {
     type Store = MemoryStore;
     fn fresh(&mut self) -> Result<MemoryStore, StoreError> {
-        Ok(MemoryStore::new(Timestamp::parse_iso("2026-07-30T10:00:00.000Z").unwrap()))
+        Ok(MemoryStore::new(Timestamp::parse_iso("2026-07-30T10:00:00.000Z").map_err(|e| StoreError(e.to_string()))?))
     }
     fn seed_run(&mut self, store: &mut MemoryStore, row: &RunRow) -> Result<(), StoreError> {
         store.insert_exact(row.clone())

@@ -1,0 +1,254 @@
+//! Build tasks of the heart-fleet workspace, without extra CLIs to install.
+//!
+//! ```text
+//! cargo run -p xtask -- component [--out PATH] [--keep-names]
+//!                                                build the guest, wrap it, check its imports
+//! cargo run -p xtask -- imports PATH             check the imports of a built component
+//! ```
+//!
+//! `component` builds `heart-fleet-component` for `wasm32-unknown-unknown` with the `wasm`
+//! profile, wraps the core module into a component with the `wit-component` crate's
+//! `ComponentEncoder` (the same job as `wasm-tools component new`; wit-bindgen embedded the
+//! `component-type` section, so no WIT argument is needed) after dropping the module's
+//! `name` section (function names; `--keep-names` keeps them for readable trap backtraces),
+//! validates it with `wasmparser`,
+//! writes it to `target/component/heart_fleet.wasm` (relative to the workspace root), prints
+//! its size, its imports and its exports, and exits non-zero if the component imports
+//! anything that is not `heart:fleet/*` (the CI gate: no WASI, no clock, no randomness).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use wit_component::{ComponentEncoder, DecodedWasm, WitPrinter};
+use wit_parser::{Resolve, WorldId, WorldItem, WorldKey};
+
+/// The package every import must come from.
+const ALLOWED_IMPORT_PREFIX: &str = "heart:fleet/";
+/// The guest crate.
+const GUEST_PACKAGE: &str = "heart-fleet-component";
+/// The guest's core module file name.
+const GUEST_ARTIFACT: &str = "heart_fleet_component.wasm";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("component") => component(&args[1..]),
+        Some("imports") => match args.get(1) {
+            Some(path) => std::fs::read(path)
+                .map_err(|e| format!("cannot read {path}: {e}"))
+                .and_then(|bytes| report(&bytes).map(|_| ())),
+            None => Err("usage: cargo run -p xtask -- imports PATH".into()),
+        },
+        _ => Err("usage: cargo run -p xtask -- component [--out PATH] | imports PATH".into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    // xtask/ lives directly under the workspace root.
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Cargo's target directory (honours `CARGO_TARGET_DIR` and config), via `cargo metadata`.
+fn target_dir(root: &Path) -> Result<PathBuf, String> {
+    let out = cargo()
+        .current_dir(root)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let meta: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata printed no JSON: {e}"))?;
+    meta.get("target_directory")
+        .and_then(serde_json::Value::as_str)
+        .map(PathBuf::from)
+        .ok_or_else(|| "cargo metadata has no target_directory".into())
+}
+
+fn component(args: &[String]) -> Result<(), String> {
+    let root = workspace_root();
+    let mut out_path = root.join("target/component/heart_fleet.wasm");
+    let mut keep_names = false;
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--out" => out_path = rest.next().map(PathBuf::from).ok_or("--out needs a path")?,
+            "--keep-names" => keep_names = true,
+            _ => return Err("usage: cargo run -p xtask -- component [--out PATH] [--keep-names]".into()),
+        }
+    }
+    let started = std::time::Instant::now();
+    let status = cargo()
+        .current_dir(&root)
+        .args(["build", "-p", GUEST_PACKAGE, "--target", "wasm32-unknown-unknown", "--profile", "wasm"])
+        .status()
+        .map_err(|e| format!("cannot run cargo build: {e}"))?;
+    if !status.success() {
+        return Err(format!("building {GUEST_PACKAGE} for wasm32-unknown-unknown failed ({status})"));
+    }
+    let module_path = target_dir(&root)?.join("wasm32-unknown-unknown/wasm").join(GUEST_ARTIFACT);
+    let module = std::fs::read(&module_path).map_err(|e| format!("cannot read {}: {e}", module_path.display()))?;
+    let module = if keep_names { module } else { strip_names(&module)? };
+    let bytes = ComponentEncoder::default()
+        .validate(true)
+        .module(&module)
+        .and_then(|mut encoder| encoder.encode())
+        .map_err(|e| format!("cannot wrap {} into a component: {e:#}", module_path.display()))?;
+    wasmparser::Validator::new()
+        .validate_all(&bytes)
+        .map_err(|e| format!("the encoded component does not validate: {e}"))?;
+    if let Some(dir) = out_path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    std::fs::write(&out_path, &bytes).map_err(|e| format!("cannot write {}: {e}", out_path.display()))?;
+    println!("core module: {} ({} bytes)", module_path.display(), module.len());
+    println!(
+        "component:   {} ({} bytes, {:.1} KiB) in {:.1} s",
+        out_path.display(),
+        bytes.len(),
+        bytes.len() as f64 / 1024.0,
+        started.elapsed().as_secs_f64()
+    );
+    report(&bytes)
+}
+
+/// The module without its `name` custom section (function names for backtraces), like
+/// `wasm-tools strip` limited to that one section: every other section (the `component-type`
+/// section wit-bindgen embedded, `target_features`, `producers`) is copied byte for byte.
+fn strip_names(module: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(module.len());
+    out.extend_from_slice(module.get(..8).ok_or("the guest module is truncated")?);
+    for payload in wasmparser::Parser::new(0).parse_all(module) {
+        let payload = payload.map_err(|e| format!("cannot parse the guest module: {e}"))?;
+        if let wasmparser::Payload::CustomSection(c) = &payload
+            && c.name() == "name"
+        {
+            continue;
+        }
+        if let Some((id, range)) = payload.as_section() {
+            let body = module.get(range).ok_or("section out of range")?;
+            out.push(id);
+            leb128_u32(&mut out, u32::try_from(body.len()).map_err(|_| "section too large")?);
+            out.extend_from_slice(body);
+        }
+    }
+    Ok(out)
+}
+
+fn leb128_u32(out: &mut Vec<u8>, mut n: u32) {
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// Prints the component's imports and exports and checks the imports against the allowlist.
+fn report(bytes: &[u8]) -> Result<(), String> {
+    if !wasmparser::Parser::is_component(bytes) {
+        return Err("not a component (a core module? wrap it with `cargo run -p xtask -- component`)".into());
+    }
+    let (resolve, world) =
+        match wit_component::decode(bytes).map_err(|e| format!("cannot decode the component: {e:#}"))? {
+            DecodedWasm::Component(resolve, world) => (resolve, world),
+            DecodedWasm::WitPackage(..) => return Err("this is a WIT package, not a component".into()),
+        };
+    let imports = names(&resolve, world, true);
+    let exports = names(&resolve, world, false);
+    println!("imports ({}):", imports.len());
+    for name in &imports {
+        println!("  import {name}");
+    }
+    println!("exports ({}):", exports.len());
+    for name in &exports {
+        println!("  export {name}");
+    }
+    if std::env::var_os("XTASK_PRINT_WIT").is_some() {
+        let mut printer = WitPrinter::default();
+        let ids: Vec<_> = resolve.packages.iter().map(|(id, _)| id).collect();
+        for id in ids {
+            if printer.print(&resolve, id, &[]).is_ok() {
+                println!("{}", printer.output);
+            }
+        }
+    }
+    let foreign: Vec<&String> = imports.iter().filter(|n| !n.starts_with(ALLOWED_IMPORT_PREFIX)).collect();
+    if foreign.is_empty() {
+        println!("import gate: ok (every import is {ALLOWED_IMPORT_PREFIX}*)");
+        Ok(())
+    } else {
+        Err(format!(
+            "import gate: the component imports {} item(s) outside {ALLOWED_IMPORT_PREFIX}*: {}",
+            foreign.len(),
+            foreign.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ))
+    }
+}
+
+fn names(resolve: &Resolve, world: WorldId, imports: bool) -> Vec<String> {
+    let w = &resolve.worlds[world];
+    let items = if imports { &w.imports } else { &w.exports };
+    items
+        .iter()
+        .map(|(key, item)| match (key, item) {
+            (WorldKey::Interface(id), _) => {
+                resolve.id_of(*id).unwrap_or_else(|| format!("<anonymous interface {id:?}>"))
+            }
+            (WorldKey::Name(name), WorldItem::Function(_)) => format!("function {name}"),
+            (WorldKey::Name(name), WorldItem::Type { .. }) => format!("type {name}"),
+            (WorldKey::Name(name), WorldItem::Interface { .. }) => format!("interface {name}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use wit_component::StringEncoding;
+    use wit_parser::{LiftLowerAbi, ManglingAndAbi};
+
+    /// A component of `world w` in `wit`, with a dummy core module.
+    fn component_of(wit: &str) -> Vec<u8> {
+        let mut resolve = Resolve::default();
+        let pkg = resolve.push_str("test.wit", wit).unwrap();
+        let world = resolve.select_world(&[pkg], Some("w")).unwrap();
+        let mut module = wit_component::dummy_module(&resolve, world, ManglingAndAbi::Legacy(LiftLowerAbi::Sync));
+        wit_component::embed_component_metadata(&mut module, &resolve, world, StringEncoding::UTF8).unwrap();
+        ComponentEncoder::default().module(&module).unwrap().encode().unwrap()
+    }
+
+    #[test]
+    fn the_gate_passes_heart_fleet_imports_and_fails_any_other() {
+        let ok = component_of(
+            "package heart:fleet@0.1.0;\n\
+             interface lease-store { execute: func(request: string) -> result<string, string>; }\n\
+             world w { import lease-store; export run: func(); }",
+        );
+        assert!(report(&ok).is_ok());
+        let bad = component_of(
+            "package heart:fleet@0.1.0;\n\
+             package wasi:clocks@0.2.0 { interface wall-clock { now: func() -> u64; } }\n\
+             world w { import wasi:clocks/wall-clock@0.2.0; export run: func(); }",
+        );
+        let e = report(&bad).unwrap_err();
+        assert!(e.contains("wasi:clocks/wall-clock@0.2.0"), "{e}");
+        assert!(report(b"\0asm\x01\0\0\0").unwrap_err().contains("not a component"));
+    }
+}
