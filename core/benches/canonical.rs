@@ -6,9 +6,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use heart_fleet_core::canonical::{
-    canonical_digest, canonicalize, digest_json, receipt_digest, sha256_hex,
-};
+use heart_fleet_core::canonical::{canonical_digest, canonicalize, digest_json, receipt_digest, sha256_hex};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -17,28 +15,13 @@ struct Lcg(u64);
 
 impl Lcg {
     fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
         self.0 >> 33
     }
 }
 
-const STATUSES: [&str; 5] = [
-    "pending",
-    "leased",
-    "completed",
-    "failed",
-    "waiting_approval",
-];
-const EVENTS: [&str; 5] = [
-    "acquired",
-    "renewed",
-    "fence_verified",
-    "released",
-    "reclaimed",
-];
+const STATUSES: [&str; 5] = ["pending", "leased", "completed", "failed", "waiting_approval"];
+const EVENTS: [&str; 5] = ["acquired", "renewed", "fence_verified", "released", "reclaimed"];
 const NOTES: [&str; 4] = [
     "plain ascii note about the run",
     "line one\nline two with \"quotes\" and a \\ backslash",
@@ -107,9 +90,7 @@ fn bench_receipt(c: &mut Criterion) {
     let canonical = canonicalize(&receipt);
     let mut group = c.benchmark_group("canonical/receipt");
     group.throughput(Throughput::Bytes(canonical.len() as u64));
-    group.bench_function("canonical_digest", |b| {
-        b.iter(|| canonical_digest(black_box(&receipt)))
-    });
+    group.bench_function("canonical_digest", |b| b.iter(|| canonical_digest(black_box(&receipt))));
     group.bench_function("receipt_digest_direct", |b| {
         b.iter(|| {
             receipt_digest(
@@ -121,9 +102,7 @@ fn bench_receipt(c: &mut Criterion) {
             )
         })
     });
-    group.bench_function("sha256_baseline", |b| {
-        b.iter(|| Sha256::digest(black_box(canonical.as_bytes())))
-    });
+    group.bench_function("sha256_baseline", |b| b.iter(|| Sha256::digest(black_box(canonical.as_bytes()))));
     group.finish();
 }
 
@@ -134,19 +113,11 @@ fn bench_documents(c: &mut Criterion) {
         let text = serde_json::to_string(&doc).unwrap_or_default();
         let mut group = c.benchmark_group(format!("canonical/{label}"));
         group.throughput(Throughput::Bytes(canonical.len() as u64));
-        group.bench_function("sha256_baseline", |b| {
-            b.iter(|| Sha256::digest(black_box(canonical.as_bytes())))
-        });
-        group.bench_function("canonical_digest", |b| {
-            b.iter(|| canonical_digest(black_box(&doc)))
-        });
+        group.bench_function("sha256_baseline", |b| b.iter(|| Sha256::digest(black_box(canonical.as_bytes()))));
+        group.bench_function("canonical_digest", |b| b.iter(|| canonical_digest(black_box(&doc))));
         group.bench_function("canonicalize", |b| b.iter(|| canonicalize(black_box(&doc))));
-        group.bench_function("canonicalize_then_sha256_hex", |b| {
-            b.iter(|| sha256_hex(&canonicalize(black_box(&doc))))
-        });
-        group.bench_function("digest_json_from_text", |b| {
-            b.iter(|| digest_json(black_box(&text)).ok())
-        });
+        group.bench_function("canonicalize_then_sha256_hex", |b| b.iter(|| sha256_hex(&canonicalize(black_box(&doc)))));
+        group.bench_function("digest_json_from_text", |b| b.iter(|| digest_json(black_box(&text)).ok()));
         group.finish();
     }
 }

@@ -72,23 +72,15 @@ impl fmt::Display for CanonicalError {
                 } else {
                     "-Infinity"
                 };
-                write!(
-                    f,
-                    "Canonical JSON Error: Non-finite number {shown} cannot be serialized."
-                )
+                write!(f, "Canonical JSON Error: Non-finite number {shown} cannot be serialized.")
             }
             CanonicalError::UnsupportedType(t) => {
                 write!(f, "Canonical JSON Error: Unsupported value type {t}")
             }
             CanonicalError::InvalidJson { message, offset } => {
-                write!(
-                    f,
-                    "Canonical JSON Error: invalid JSON at byte {offset}: {message}"
-                )
+                write!(f, "Canonical JSON Error: invalid JSON at byte {offset}: {message}")
             }
-            CanonicalError::ResourceIdArgs => {
-                f.write_str("deterministicResourceId: kind and key are required")
-            }
+            CanonicalError::ResourceIdArgs => f.write_str("deterministicResourceId: kind and key are required"),
         }
     }
 }
@@ -101,7 +93,11 @@ impl std::error::Error for CanonicalError {}
 
 /// Destination of canonical text: a `String`, or a SHA-256 hasher behind a buffer.
 trait Sink {
+    /// Appends text.
     fn put(&mut self, s: &str);
+
+    /// Appends bytes the caller guarantees to be ASCII.
+    fn put_ascii(&mut self, bytes: &[u8]);
 }
 
 impl Sink for String {
@@ -109,10 +105,17 @@ impl Sink for String {
     fn put(&mut self, s: &str) {
         self.push_str(s);
     }
+
+    #[inline]
+    fn put_ascii(&mut self, bytes: &[u8]) {
+        if let Ok(s) = std::str::from_utf8(bytes) {
+            self.push_str(s);
+        }
+    }
 }
 
 /// Size of the stack buffer between the serializer and the hasher.
-const HASH_BUF: usize = 4096;
+const HASH_BUF: usize = 1024;
 
 /// Streams canonical bytes into SHA-256 through a fixed buffer, so the compression function
 /// sees large contiguous runs instead of many tiny updates.
@@ -124,11 +127,13 @@ struct HashSink {
 
 impl HashSink {
     fn new() -> Self {
-        HashSink {
-            hasher: Sha256::new(),
-            buf: [0; HASH_BUF],
-            len: 0,
-        }
+        HashSink { hasher: Sha256::new(), buf: [0; HASH_BUF], len: 0 }
+    }
+
+    /// Discards everything written so far.
+    fn reset(&mut self) {
+        self.hasher = Sha256::new();
+        self.len = 0;
     }
 
     #[inline]
@@ -139,16 +144,25 @@ impl HashSink {
         self.len = 0;
     }
 
-    #[inline]
+    #[inline(always)]
     fn put_bytes(&mut self, bytes: &[u8]) {
         let end = self.len + bytes.len();
-        if end <= HASH_BUF
-            && let Some(dst) = self.buf.get_mut(self.len..end)
-        {
-            dst.copy_from_slice(bytes);
+        if let Some(dst) = self.buf.get_mut(self.len..end) {
+            if bytes.len() <= 16 {
+                copy_small(dst, bytes);
+            } else {
+                dst.copy_from_slice(bytes);
+            }
             self.len = end;
-            return;
+        } else {
+            self.put_bytes_slow(bytes);
         }
+    }
+
+    /// The buffer cannot take `bytes`: flush, then buffer them or hash them directly.
+    #[cold]
+    #[inline(never)]
+    fn put_bytes_slow(&mut self, bytes: &[u8]) {
         self.flush();
         if bytes.len() >= HASH_BUF / 2 {
             self.hasher.update(bytes);
@@ -159,18 +173,18 @@ impl HashSink {
     }
 
     /// Finishes the hash and returns it as 64 lowercase hex characters.
-    fn finish_hex(mut self) -> String {
+    fn finish_hex(&mut self) -> String {
         self.flush();
-        let digest = self.hasher.finalize();
+        let digest = self.hasher.finalize_reset();
         let mut out = String::with_capacity(64);
         push_hex(&mut out, digest.as_slice());
         out
     }
 
     /// Finishes the hash and returns `DIGEST_PREFIX + hex`.
-    fn finish_digest(mut self) -> String {
+    fn finish_digest(&mut self) -> String {
         self.flush();
-        let digest = self.hasher.finalize();
+        let digest = self.hasher.finalize_reset();
         let mut out = String::with_capacity(DIGEST_PREFIX.len() + 64);
         out.push_str(DIGEST_PREFIX);
         push_hex(&mut out, digest.as_slice());
@@ -178,10 +192,45 @@ impl HashSink {
     }
 }
 
+/// Copies at most 16 bytes between equally long slices with a few fixed-size (possibly
+/// overlapping) moves instead of a `memcpy` call; most canonical pieces are this short.
+#[inline(always)]
+fn copy_small(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if n >= 8 {
+        if let (Some(head), Some(tail)) = (src.first_chunk::<8>(), src.last_chunk::<8>()) {
+            if let Some(d) = dst.first_chunk_mut::<8>() {
+                *d = *head;
+            }
+            if let Some(d) = dst.last_chunk_mut::<8>() {
+                *d = *tail;
+            }
+        }
+    } else if n >= 4 {
+        if let (Some(head), Some(tail)) = (src.first_chunk::<4>(), src.last_chunk::<4>()) {
+            if let Some(d) = dst.first_chunk_mut::<4>() {
+                *d = *head;
+            }
+            if let Some(d) = dst.last_chunk_mut::<4>() {
+                *d = *tail;
+            }
+        }
+    } else {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = *s;
+        }
+    }
+}
+
 impl Sink for HashSink {
-    #[inline]
+    #[inline(always)]
     fn put(&mut self, s: &str) {
         self.put_bytes(s.as_bytes());
+    }
+
+    #[inline(always)]
+    fn put_ascii(&mut self, bytes: &[u8]) {
+        self.put_bytes(bytes);
     }
 }
 
@@ -201,10 +250,9 @@ fn push_hex(out: &mut String, bytes: &[u8]) {
 
 /// `JSON.stringify` escapes for U+0000..U+001F (lowercase hex, short forms where they exist).
 const CONTROL_ESCAPES: [&str; 32] = [
-    "\\u0000", "\\u0001", "\\u0002", "\\u0003", "\\u0004", "\\u0005", "\\u0006", "\\u0007", "\\b",
-    "\\t", "\\n", "\\u000b", "\\f", "\\r", "\\u000e", "\\u000f", "\\u0010", "\\u0011", "\\u0012",
-    "\\u0013", "\\u0014", "\\u0015", "\\u0016", "\\u0017", "\\u0018", "\\u0019", "\\u001a",
-    "\\u001b", "\\u001c", "\\u001d", "\\u001e", "\\u001f",
+    "\\u0000", "\\u0001", "\\u0002", "\\u0003", "\\u0004", "\\u0005", "\\u0006", "\\u0007", "\\b", "\\t", "\\n",
+    "\\u000b", "\\f", "\\r", "\\u000e", "\\u000f", "\\u0010", "\\u0011", "\\u0012", "\\u0013", "\\u0014", "\\u0015",
+    "\\u0016", "\\u0017", "\\u0018", "\\u0019", "\\u001a", "\\u001b", "\\u001c", "\\u001d", "\\u001e", "\\u001f",
 ];
 
 /// `true` for the bytes `JSON.stringify` escapes: C0 controls, `"` and `\`.
@@ -220,15 +268,69 @@ const NEEDS_ESCAPE: [bool; 256] = {
     table
 };
 
-/// Writes the escaped body of `s` (no surrounding quotes).
+/// Bytes of a `u64` all set to `b`.
+const fn splat(b: u8) -> u64 {
+    u64::from_ne_bytes([b; 8])
+}
+
+/// Index of the first byte at or after `from` that `JSON.stringify` escapes, if any.
+///
+/// Scans eight bytes at a time: for a little-endian word `w`, `(w - 0x01…) & !w & 0x80…` flags
+/// zero bytes (exactly for the lowest flagged byte), and the same with `0x20…` flags bytes
+/// below 0x20; `"` and `\` are found as zero bytes of `w ^ splat(c)`.
 #[inline]
+fn find_escape(bytes: &[u8], from: usize) -> Option<usize> {
+    const LOW: u64 = splat(0x01);
+    const HIGH: u64 = splat(0x80);
+    #[inline(always)]
+    fn flags(chunk: &[u8]) -> u64 {
+        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+            return 0;
+        };
+        let w = u64::from_le_bytes(word);
+        let quote = w ^ splat(b'"');
+        let backslash = w ^ splat(b'\\');
+        ((w.wrapping_sub(splat(0x20)) & !w)
+            | (quote.wrapping_sub(LOW) & !quote)
+            | (backslash.wrapping_sub(LOW) & !backslash))
+            & HIGH
+    }
+    let len = bytes.len();
+    let mut i = from;
+    while let Some(chunk) = bytes.get(i..i + 8) {
+        let found = flags(chunk);
+        if found != 0 {
+            return Some(i + (found.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    if i >= len {
+        return None;
+    }
+    if len >= 8 {
+        // Re-read the last 8 bytes and ignore the `skip` already-checked low bytes. They hold no
+        // escapable byte, so no borrow can reach the flags of the new bytes.
+        let start = len - 8;
+        let skip = i - start;
+        let found = flags(bytes.get(start..).unwrap_or_default()) & (u64::MAX << (8 * skip));
+        return (found != 0).then(|| start + (found.trailing_zeros() / 8) as usize);
+    }
+    while let Some(&b) = bytes.get(i) {
+        if NEEDS_ESCAPE[usize::from(b)] {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Writes the escaped body of `s` (no surrounding quotes).
+#[inline(always)]
 fn write_escaped_body<S: Sink>(s: &str, out: &mut S) {
     let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if !NEEDS_ESCAPE[usize::from(b)] {
-            continue;
-        }
+    while let Some(i) = find_escape(bytes, start) {
+        let b = bytes.get(i).copied().unwrap_or(0);
         // `i` indexes an ASCII byte, so both slice ends are char boundaries.
         if start < i
             && let Some(run) = s.get(start..i)
@@ -258,6 +360,27 @@ fn write_str<S: Sink>(s: &str, out: &mut S) {
     out.put("\"");
     write_escaped_body(s, out);
     out.put("\"");
+}
+
+/// Writes `"key":value`, preceded by `,` unless `first` (string values share a put with the `:`).
+#[inline]
+fn write_member<S: Sink, const SORT: bool>(
+    key: &str,
+    value: &Value,
+    first: bool,
+    out: &mut S,
+) -> Result<(), Unordered> {
+    out.put(if first { "\"" } else { ",\"" });
+    write_escaped_body(key, out);
+    if let Value::String(s) = value {
+        out.put("\":\"");
+        write_escaped_body(s, out);
+        out.put("\"");
+        Ok(())
+    } else {
+        out.put("\":");
+        write_value::<S, SORT>(value, out)
+    }
 }
 
 /// Writes a string given as UTF-16 code units that may contain lone surrogates, which are
@@ -290,8 +413,22 @@ fn write_units<S: Sink>(units: &[u16], out: &mut S) {
 /// characters (U+10000 and up, whose UTF-16 lead surrogates are 0xD800..0xDBFF). No decoding is
 /// needed: at the first differing byte both strings are at the same position inside a character,
 /// and only a differing *lead* byte can change the class.
+#[inline]
 pub fn cmp_utf16(a: &str, b: &str) -> Ordering {
-    let (ab, bb) = (a.as_bytes(), b.as_bytes());
+    // Fast path: the first bytes (character starts) differ and neither starts a character at or
+    // above U+E000, so byte order is UTF-16 order.
+    if let (Some(&x), Some(&y)) = (a.as_bytes().first(), b.as_bytes().first())
+        && x != y
+        && x < 0xEE
+        && y < 0xEE
+    {
+        return x.cmp(&y);
+    }
+    cmp_utf16_slow(a.as_bytes(), b.as_bytes())
+}
+
+/// [`cmp_utf16`] on UTF-8 bytes: finds the first differing byte and ranks it.
+fn cmp_utf16_slow(ab: &[u8], bb: &[u8]) -> Ordering {
     let common = ab.iter().zip(bb).take_while(|(x, y)| x == y).count();
     match (ab.get(common), bb.get(common)) {
         (Some(&x), Some(&y)) => {
@@ -354,23 +491,41 @@ fn write_finite_f64<S: Sink>(n: f64, out: &mut S) {
 /// Writes the decimal digits of `n`.
 #[inline]
 fn write_u64<S: Sink>(mut n: u64, out: &mut S) {
+    if n < 10 {
+        // `n` is a single digit.
+        out.put_ascii(&[b'0' + n as u8]);
+        return;
+    }
     let mut digits = [0u8; 20];
     let mut start = digits.len();
-    loop {
+    while n >= 10 && start >= 2 {
+        // `n % 100` is below 100.
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        start -= 2;
+        if let (Some(dst), Some(src)) = (digits.get_mut(start..start + 2), DIGIT_PAIRS.get(pair..pair + 2)) {
+            dst.copy_from_slice(src);
+        }
+    }
+    if n > 0 || start == digits.len() {
         start -= 1;
         if let Some(slot) = digits.get_mut(start) {
-            // `n % 10` is below 10.
-            *slot = b'0' + (n % 10) as u8;
-        }
-        n /= 10;
-        if n == 0 || start == 0 {
-            break;
+            // `n` is below 10 here.
+            *slot = b'0' + n as u8;
         }
     }
-    if let Some(Ok(text)) = digits.get(start..).map(std::str::from_utf8) {
-        out.put(text);
+    if let Some(text) = digits.get(start..) {
+        out.put_ascii(text);
     }
 }
+
+/// `"00" "01" … "99"` concatenated.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
 
 /// Writes a `serde_json::Number` as the double JavaScript would hold.
 #[inline]
@@ -411,7 +566,21 @@ fn write_json_number<S: Sink>(n: &Number, out: &mut S) {
 // serde_json::Value serializer
 // ---------------------------------------------------------------------------------------------
 
-fn write_value<S: Sink>(value: &Value, out: &mut S) {
+/// The optimistic pass met an object whose iteration order is not UTF-16 key order.
+struct Unordered;
+
+/// Serializes a `Value`.
+///
+/// With `SORT = false` (the optimistic pass) object members are written in the map's iteration
+/// order while checking, key by key, that it is UTF-16 order; the first violation aborts with
+/// [`Unordered`]. serde_json's default map iterates in byte order, which differs from UTF-16
+/// order only when keys mix U+E000..U+FFFF with astral characters (with the `preserve_order`
+/// feature it is insertion order), so the check almost never fails and costs one comparison
+/// with the previous key, whose bytes are still in cache.
+///
+/// With `SORT = true` (the fallback) each object's members are sorted when needed; it never
+/// fails.
+fn write_value<S: Sink, const SORT: bool>(value: &Value, out: &mut S) -> Result<(), Unordered> {
     match value {
         Value::Null => out.put("null"),
         Value::Bool(true) => out.put("true"),
@@ -426,43 +595,52 @@ fn write_value<S: Sink>(value: &Value, out: &mut S) {
                     out.put(",");
                 }
                 first = false;
-                write_value(item, out);
+                write_value::<S, SORT>(item, out)?;
             }
             out.put("]");
         }
-        Value::Object(map) => write_object(map, out),
+        Value::Object(map) => {
+            out.put("{");
+            if SORT {
+                write_members_sorted(map, out);
+            } else {
+                let mut previous: Option<&str> = None;
+                for (key, value) in map {
+                    if let Some(previous) = previous
+                        && cmp_utf16(previous, key) != Ordering::Less
+                    {
+                        return Err(Unordered);
+                    }
+                    write_member::<S, false>(key, value, previous.is_none(), out)?;
+                    previous = Some(key);
+                }
+            }
+            out.put("}");
+        }
     }
+    Ok(())
 }
 
-fn write_object<S: Sink>(map: &Map<String, Value>, out: &mut S) {
-    out.put("{");
-    // serde_json's default map iterates in byte order, which is UTF-16 order unless keys mix
-    // U+E000..U+FFFF with astral characters; verify in one pass and only sort when needed
-    // (also covers the `preserve_order` feature, where iteration is insertion order).
-    if map
-        .keys()
-        .is_sorted_by(|a, b| cmp_utf16(a, b) != Ordering::Greater)
-    {
-        write_members(map.iter(), out);
-    } else {
-        let mut members: Vec<(&String, &Value)> = map.iter().collect();
+/// Writes the members of `map` in UTF-16 key order (the fallback pass).
+fn write_members_sorted<S: Sink>(map: &Map<String, Value>, out: &mut S) {
+    let mut members: Vec<(&String, &Value)> = map.iter().collect();
+    if !members.is_sorted_by(|a, b| cmp_utf16(a.0, b.0) == Ordering::Less) {
         members.sort_by(|a, b| cmp_utf16(a.0, b.0));
-        write_members(members.into_iter(), out);
     }
-    out.put("}");
-}
-
-#[inline]
-fn write_members<'v, S: Sink>(members: impl Iterator<Item = (&'v String, &'v Value)>, out: &mut S) {
     let mut first = true;
     for (key, value) in members {
-        if !first {
-            out.put(",");
-        }
+        // The sorting pass cannot fail.
+        let _ = write_member::<S, true>(key, value, first, out);
         first = false;
-        write_str(key, out);
-        out.put(":");
-        write_value(value, out);
+    }
+}
+
+/// Streams the canonical form of `value` into `sink`, restarting with the sorting pass if the
+/// optimistic pass meets an out-of-order object.
+fn hash_value(value: &Value, sink: &mut HashSink) {
+    if write_value::<HashSink, false>(value, sink).is_err() {
+        sink.reset();
+        let _ = write_value::<HashSink, true>(value, sink);
     }
 }
 
@@ -472,19 +650,23 @@ fn write_members<'v, S: Sink>(members: impl Iterator<Item = (&'v String, &'v Val
 /// functions or symbols. (Rust callers model a JS `undefined` member by omitting the field.)
 pub fn canonicalize(value: &Value) -> String {
     let mut out = String::new();
-    write_value(value, &mut out);
+    canonicalize_into(value, &mut out);
     out
 }
 
 /// Appends the canonical JSON text of `value` to `out`.
 pub fn canonicalize_into(value: &Value, out: &mut String) {
-    write_value(value, out);
+    let start = out.len();
+    if write_value::<String, false>(value, out).is_err() {
+        out.truncate(start);
+        let _ = write_value::<String, true>(value, out);
+    }
 }
 
 /// Lowercase hex SHA-256 of the canonical JSON of `value` (without the digest prefix).
 pub fn canonical_sha256_hex(value: &Value) -> String {
     let mut sink = HashSink::new();
-    write_value(value, &mut sink);
+    hash_value(value, &mut sink);
     sink.finish_hex()
 }
 
@@ -492,7 +674,7 @@ pub fn canonical_sha256_hex(value: &Value) -> String {
 /// into the hasher (the canonical string is never built).
 pub fn canonical_digest(value: &Value) -> String {
     let mut sink = HashSink::new();
-    write_value(value, &mut sink);
+    hash_value(value, &mut sink);
     sink.finish_digest()
 }
 
@@ -684,9 +866,7 @@ impl StrBuilder {
     }
 
     fn push_lone_surrogate(&mut self, unit: u16) {
-        let units = self
-            .units
-            .get_or_insert_with(|| self.text.encode_utf16().collect());
+        let units = self.units.get_or_insert_with(|| self.text.encode_utf16().collect());
         units.push(unit);
     }
 
@@ -708,27 +888,15 @@ struct Parser<'a> {
 
 impl<'a> Parser<'a> {
     fn new(src: &'a str) -> Self {
-        Parser {
-            src,
-            bytes: src.as_bytes(),
-            pos: 0,
-            depth: 0,
-        }
+        Parser { src, bytes: src.as_bytes(), pos: 0, depth: 0 }
     }
 
     fn error_at(&self, offset: usize, message: impl Into<String>) -> CanonicalError {
-        CanonicalError::InvalidJson {
-            message: message.into(),
-            offset,
-        }
+        CanonicalError::InvalidJson { message: message.into(), offset }
     }
 
     fn unexpected(&self) -> CanonicalError {
-        match self
-            .src
-            .get(self.pos..)
-            .and_then(|rest| rest.chars().next())
-        {
+        match self.src.get(self.pos..).and_then(|rest| rest.chars().next()) {
             Some(c) => self.error_at(self.pos, format!("unexpected character {c:?}")),
             None => self.error_at(self.pos, "unexpected end of input"),
         }
@@ -769,16 +937,8 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn parse_literal(
-        &mut self,
-        word: &'static str,
-        node: JNode<'a>,
-    ) -> Result<JNode<'a>, CanonicalError> {
-        if self
-            .bytes
-            .get(self.pos..)
-            .is_some_and(|rest| rest.starts_with(word.as_bytes()))
-        {
+    fn parse_literal(&mut self, word: &'static str, node: JNode<'a>) -> Result<JNode<'a>, CanonicalError> {
+        if self.bytes.get(self.pos..).is_some_and(|rest| rest.starts_with(word.as_bytes())) {
             self.pos += word.len();
             Ok(node)
         } else {
@@ -789,10 +949,7 @@ impl<'a> Parser<'a> {
     fn enter(&mut self) -> Result<(), CanonicalError> {
         self.depth += 1;
         if self.depth > MAX_JSON_DEPTH {
-            return Err(self.error_at(
-                self.pos,
-                format!("nesting deeper than {MAX_JSON_DEPTH} levels"),
-            ));
+            return Err(self.error_at(self.pos, format!("nesting deeper than {MAX_JSON_DEPTH} levels")));
         }
         Ok(())
     }
@@ -882,10 +1039,8 @@ impl<'a> Parser<'a> {
                 Some(_) => self.pos += 1,
             }
         }
-        let mut builder = StrBuilder {
-            text: String::from(self.src.get(start..self.pos).unwrap_or_default()),
-            units: None,
-        };
+        let mut builder =
+            StrBuilder { text: String::from(self.src.get(start..self.pos).unwrap_or_default()), units: None };
         loop {
             match self.peek() {
                 None => return Err(self.error_at(self.pos, "unterminated string")),
@@ -932,9 +1087,7 @@ impl<'a> Parser<'a> {
                     0xD800..=0xDBFF => {
                         if let Some(trail) = self.peek_trail_surrogate() {
                             self.pos += 6;
-                            let c = 0x10000
-                                + ((u32::from(unit) - 0xD800) << 10)
-                                + (u32::from(trail) - 0xDC00);
+                            let c = 0x10000 + ((u32::from(unit) - 0xD800) << 10) + (u32::from(trail) - 0xDC00);
                             builder.push_char(char::from_u32(c).unwrap_or('\u{FFFD}'));
                         } else {
                             builder.push_lone_surrogate(unit);
@@ -1003,9 +1156,7 @@ impl<'a> Parser<'a> {
         }
         let text = self.src.get(start..self.pos).unwrap_or_default();
         // Rust's float parser is correctly rounded (like JS), and overflows to ±inf like JS.
-        text.parse::<f64>()
-            .map(JNode::Num)
-            .map_err(|_| self.error_at(start, "invalid number"))
+        text.parse::<f64>().map(JNode::Num).map_err(|_| self.error_at(start, "invalid number"))
     }
 
     #[inline]
@@ -1030,10 +1181,7 @@ fn hex4(digits: &[u8]) -> Option<u16> {
 /// Sorts object members by UTF-16 key order and keeps the **last** of duplicated keys
 /// (`JSON.parse` overwrites earlier values).
 fn sort_members<'a>(mut members: Vec<(JStr<'a>, JNode<'a>)>) -> Vec<(JStr<'a>, JNode<'a>)> {
-    if members
-        .windows(2)
-        .all(|w| matches!(w, [a, b] if a.0.cmp_utf16(&b.0) == Ordering::Less))
-    {
+    if members.windows(2).all(|w| matches!(w, [a, b] if a.0.cmp_utf16(&b.0) == Ordering::Less)) {
         return members;
     }
     // Stable: duplicates stay in input order, so the last one of each run wins.
@@ -1124,12 +1272,24 @@ mod tests {
     }
 
     #[test]
+    fn integer_digits() {
+        let mut samples: Vec<u64> = (0..20_000).collect();
+        for p in 0..20 {
+            let t = 10u64.pow(p);
+            samples.extend([t - 1, t, t + 1, t.saturating_mul(5)]);
+        }
+        samples.extend([u64::MAX, u64::MAX - 1, 1 << 53]);
+        for n in samples {
+            let mut out = String::new();
+            write_u64(n, &mut out);
+            assert_eq!(out, n.to_string());
+        }
+    }
+
+    #[test]
     fn non_finite_numbers_are_errors_with_reference_messages() {
         let nan = format_number(f64::NAN).unwrap_err();
-        assert_eq!(
-            nan.to_string(),
-            "Canonical JSON Error: Non-finite number NaN cannot be serialized."
-        );
+        assert_eq!(nan.to_string(), "Canonical JSON Error: Non-finite number NaN cannot be serialized.");
         assert_eq!(
             format_number(f64::INFINITY).unwrap_err().to_string(),
             "Canonical JSON Error: Non-finite number Infinity cannot be serialized."
@@ -1156,37 +1316,12 @@ mod tests {
 
     #[test]
     fn utf16_order() {
-        let mut keys = vec![
-            "\u{ff5a}",
-            "\u{1f600}",
-            "\u{e000}",
-            "\u{e9}",
-            "a",
-            "B",
-            "_",
-            "",
-            "aa",
-            "ab",
-            "\u{10000}",
-            "\u{d7ff}",
-        ];
+        let mut keys =
+            vec!["\u{ff5a}", "\u{1f600}", "\u{e000}", "\u{e9}", "a", "B", "_", "", "aa", "ab", "\u{10000}", "\u{d7ff}"];
         keys.sort_by(|a, b| cmp_utf16(a, b));
         assert_eq!(
             keys,
-            vec![
-                "",
-                "B",
-                "_",
-                "a",
-                "aa",
-                "ab",
-                "\u{e9}",
-                "\u{d7ff}",
-                "\u{10000}",
-                "\u{1f600}",
-                "\u{e000}",
-                "\u{ff5a}"
-            ]
+            vec!["", "B", "_", "a", "aa", "ab", "\u{e9}", "\u{d7ff}", "\u{10000}", "\u{1f600}", "\u{e000}", "\u{ff5a}"]
         );
         assert_eq!(cmp_utf16("x\u{ffff}", "x\u{10ffff}"), Ordering::Greater);
         assert_eq!(cmp_utf16("x\u{10ffff}", "x\u{10000}"), Ordering::Greater);
@@ -1195,8 +1330,8 @@ mod tests {
         assert_eq!(cmp_utf16("\u{7ff}", "\u{800}"), Ordering::Less);
         // Exhaustive agreement with encode_utf16 on a spread of code points.
         let sample: Vec<String> = [
-            0x0u32, 0x1f, 0x41, 0x7f, 0x80, 0x7ff, 0x800, 0xd7ff, 0xe000, 0xefff, 0xf000, 0xfffd,
-            0xffff, 0x10000, 0x1f600, 0x10ffff,
+            0x0u32, 0x1f, 0x41, 0x7f, 0x80, 0x7ff, 0x800, 0xd7ff, 0xe000, 0xefff, 0xf000, 0xfffd, 0xffff, 0x10000,
+            0x1f600, 0x10ffff,
         ]
         .iter()
         .filter_map(|&c| char::from_u32(c))
@@ -1213,7 +1348,21 @@ mod tests {
     #[test]
     fn map_with_astral_and_private_use_keys_is_resorted() {
         let v = json!({"\u{e000}": 1, "\u{1f600}": 2, "a": 3});
-        assert_eq!(canonicalize(&v), "{\"a\":3,\"\u{1f600}\":2,\"\u{e000}\":1}");
+        let expected = "{\"a\":3,\"\u{1f600}\":2,\"\u{e000}\":1}";
+        assert_eq!(canonicalize(&v), expected);
+        // The violation is met after output was produced: every path restarts cleanly.
+        let nested = json!({"a": [1, {"b": "x".repeat(5000)}], "m": v, "z": {"\u{ff5a}": [], "\u{10000}": {}}});
+        let expected_nested = format!(
+            "{{\"a\":[1,{{\"b\":\"{}\"}}],\"m\":{expected},\"z\":{{\"\u{10000}\":{{}},\"\u{ff5a}\":[]}}}}",
+            "x".repeat(5000)
+        );
+        assert_eq!(canonicalize(&nested), expected_nested);
+        let mut into = String::from("keep:");
+        canonicalize_into(&nested, &mut into);
+        assert_eq!(into, format!("keep:{expected_nested}"));
+        assert_eq!(canonical_digest(&nested), format!("{DIGEST_PREFIX}{}", sha256_hex(&expected_nested)));
+        assert_eq!(canonical_sha256_hex(&nested), sha256_hex(&expected_nested));
+        assert_eq!(digest_json(&nested.to_string()).unwrap(), canonical_digest(&nested));
     }
 
     #[test]
@@ -1226,24 +1375,43 @@ mod tests {
     }
 
     #[test]
+    fn find_escape_matches_naive_scan() {
+        let specials = [0x00u8, 0x1f, 0x20, b'"', b'\\', 0x21, 0x5b, 0x5d, 0x7f, 0x80, 0xff, b'a'];
+        for len in 0..20 {
+            for pos in 0..len {
+                for &special in &specials {
+                    for &filler in &[b'a', 0x9f, 0x21, 0x7f, 0xe0] {
+                        let mut bytes = vec![filler; len];
+                        bytes[pos] = special;
+                        for from in 0..=len {
+                            let naive = (from..len).find(|&i| NEEDS_ESCAPE[usize::from(bytes[i])]);
+                            assert_eq!(find_escape(&bytes, from), naive, "{bytes:?} from {from}");
+                        }
+                    }
+                }
+            }
+        }
+        // Several escapes in one word: the lowest one is found.
+        let bytes = b"ab\"\x01\\cdefgh\n";
+        assert_eq!(find_escape(bytes, 0), Some(2));
+        assert_eq!(find_escape(bytes, 3), Some(3));
+        assert_eq!(find_escape(bytes, 4), Some(4));
+        assert_eq!(find_escape(bytes, 5), Some(11));
+    }
+
+    #[test]
     fn json_text_lone_surrogates_and_duplicates() {
         assert_eq!(
             canonicalize_json(r#"{"b":"\uD800x\uDC00","a":1,"a":2,"\uDBFF":0}"#).unwrap(),
             r#"{"a":2,"b":"\ud800x\udc00","\udbff":0}"#
         );
-        assert_eq!(
-            canonicalize_json(r#""\ud83d\ude00\ud83d""#).unwrap(),
-            "\"\u{1f600}\\ud83d\""
-        );
+        assert_eq!(canonicalize_json(r#""\ud83d\ude00\ud83d""#).unwrap(), "\"\u{1f600}\\ud83d\"");
         // A lone trail surrogate key sorts after astral keys (0xDC00 > 0xD83D).
         assert_eq!(
             canonicalize_json(r#"{"\udc00":1,"\ud83d\ude00":2,"\ue000":3}"#).unwrap(),
             "{\"\u{1f600}\":2,\"\\udc00\":1,\"\u{e000}\":3}"
         );
-        assert_eq!(
-            canonicalize_json(" [ 1 , -0 , 1E2 ] ").unwrap(),
-            "[1,0,100]"
-        );
+        assert_eq!(canonicalize_json(" [ 1 , -0 , 1E2 ] ").unwrap(), "[1,0,100]");
     }
 
     #[test]
@@ -1275,16 +1443,11 @@ mod tests {
             }
         }
         let deep = "[".repeat(MAX_JSON_DEPTH + 1) + &"]".repeat(MAX_JSON_DEPTH + 1);
-        assert!(matches!(
-            canonicalize_json(&deep),
-            Err(CanonicalError::InvalidJson { .. })
-        ));
+        assert!(matches!(canonicalize_json(&deep), Err(CanonicalError::InvalidJson { .. })));
         let ok = "[".repeat(MAX_JSON_DEPTH) + &"]".repeat(MAX_JSON_DEPTH);
         assert_eq!(canonicalize_json(&ok).unwrap(), ok);
         assert_eq!(
-            canonicalize_json("{\"b\":1e400,\"a\":-1e400}")
-                .unwrap_err()
-                .to_string(),
+            canonicalize_json("{\"b\":1e400,\"a\":-1e400}").unwrap_err().to_string(),
             "Canonical JSON Error: Non-finite number -Infinity cannot be serialized."
         );
     }
@@ -1293,21 +1456,12 @@ mod tests {
     fn digests_agree_with_string_path() {
         let v = json!({"z": [1, 2.5, "x\u{1}"], "a": {"é": null, "b": true}});
         let canonical = canonicalize(&v);
-        assert_eq!(
-            canonical_digest(&v),
-            format!("{DIGEST_PREFIX}{}", sha256_hex(&canonical))
-        );
+        assert_eq!(canonical_digest(&v), format!("{DIGEST_PREFIX}{}", sha256_hex(&canonical)));
         assert_eq!(digest_json(&v.to_string()).unwrap(), canonical_digest(&v));
         // Large enough to exercise the hash buffer's flush and bypass paths.
         let big = json!({"s": "x".repeat(10_000), "t": "y".repeat(3000), "u": "z".repeat(100)});
-        assert_eq!(
-            canonical_digest(&big),
-            format!("{DIGEST_PREFIX}{}", sha256_hex(&canonicalize(&big)))
-        );
-        assert_eq!(
-            sha256_hex(""),
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-        );
+        assert_eq!(canonical_digest(&big), format!("{DIGEST_PREFIX}{}", sha256_hex(&canonicalize(&big))));
+        assert_eq!(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     }
 
     #[test]

@@ -8,32 +8,24 @@
 use std::collections::BTreeSet;
 
 use heart_fleet_core::canonical::{
-    CanonicalError, DIGEST_PREFIX, canonical_digest, canonical_sha256_hex, canonicalize,
-    canonicalize_into, canonicalize_json, cmp_utf16, deterministic_resource_id, digest_json,
-    effect_key, format_number, payload_digest, receipt_digest, sha256_hex,
+    CanonicalError, DIGEST_PREFIX, canonical_digest, canonical_sha256_hex, canonicalize, canonicalize_into,
+    canonicalize_json, cmp_utf16, deterministic_resource_id, digest_json, effect_key, format_number, payload_digest,
+    receipt_digest, sha256_hex,
 };
 use serde_json::{Value, json};
 
 fn vectors() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/vectors/golden-vectors.json"
-    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors/golden-vectors.json");
     let text = std::fs::read_to_string(path).expect("read golden-vectors.json");
     serde_json::from_str(&text).expect("parse golden-vectors.json")
 }
 
 fn section(name: &str) -> Vec<Value> {
-    vectors()[name]
-        .as_array()
-        .unwrap_or_else(|| panic!("section {name} is not an array"))
-        .clone()
+    vectors()[name].as_array().unwrap_or_else(|| panic!("section {name} is not an array")).clone()
 }
 
 fn s<'a>(v: &'a Value, field: &str) -> &'a str {
-    v[field]
-        .as_str()
-        .unwrap_or_else(|| panic!("field {field} is not a string in {v}"))
+    v[field].as_str().unwrap_or_else(|| panic!("field {field} is not a string in {v}"))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -50,18 +42,9 @@ const JS_ONLY: &[(&str, &str)] = &[
         "undefined-in-object-omitted-in-array-null",
         "undefined members/elements; Rust models them as omitted fields / null",
     ),
-    (
-        "function-and-symbol-members-omitted",
-        "function and symbol values do not exist in JSON",
-    ),
-    (
-        "toJSON-ignored-date-is-empty-object",
-        "Date objects and toJSON methods do not exist in JSON",
-    ),
-    (
-        "sparse-array-hole-BUG",
-        "array holes do not exist in JSON; the canonical output is not even valid JSON",
-    ),
+    ("function-and-symbol-members-omitted", "function and symbol values do not exist in JSON"),
+    ("toJSON-ignored-date-is-empty-object", "Date objects and toJSON methods do not exist in JSON"),
+    ("sparse-array-hole-BUG", "array holes do not exist in JSON; the canonical output is not even valid JSON"),
 ];
 
 /// Vectors whose `input_json` serde_json cannot represent (lone surrogate escapes); they are
@@ -83,10 +66,7 @@ fn canonicalize_vectors() {
 
     for v in &vectors {
         let name = s(v, "name");
-        assert!(
-            names.insert(name.to_string()),
-            "duplicate vector name {name}"
-        );
+        assert!(names.insert(name.to_string()), "duplicate vector name {name}");
         let canonical = s(v, "canonical");
         let sha = s(v, "sha256");
         let digest = s(v, "digest");
@@ -106,25 +86,14 @@ fn canonicalize_vectors() {
         }
 
         let Some(input_json) = v["input_json"].as_str() else {
-            assert!(
-                v["input_json"].is_null(),
-                "{name}: input_json must be string|null"
-            );
+            assert!(v["input_json"].is_null(), "{name}: input_json must be string|null");
             skipped_js_only.insert(name.to_string());
             continue;
         };
 
         // JSON text path (JSON.parse semantics).
-        assert_eq!(
-            canonicalize_json(input_json).as_deref(),
-            Ok(canonical),
-            "{name}: canonicalize_json"
-        );
-        assert_eq!(
-            digest_json(input_json).as_deref(),
-            Ok(digest),
-            "{name}: digest_json"
-        );
+        assert_eq!(canonicalize_json(input_json).as_deref(), Ok(canonical), "{name}: canonicalize_json");
+        assert_eq!(digest_json(input_json).as_deref(), Ok(digest), "{name}: digest_json");
         checked_text += 1;
 
         // serde_json::Value path.
@@ -146,10 +115,7 @@ fn canonicalize_vectors() {
     }
 
     let expected_js_only: BTreeSet<String> = JS_ONLY.iter().map(|(n, _)| n.to_string()).collect();
-    assert_eq!(
-        skipped_js_only, expected_js_only,
-        "JS-only vectors skipped (reasons: {JS_ONLY:?})"
-    );
+    assert_eq!(skipped_js_only, expected_js_only, "JS-only vectors skipped (reasons: {JS_ONLY:?})");
     assert_eq!(not_serde, set(NOT_SERDE_VALUE));
     assert_eq!(checked_text, 21, "vectors checked via JSON text");
     assert_eq!(checked_value, 20, "vectors checked via serde_json::Value");
@@ -158,10 +124,7 @@ fn canonicalize_vectors() {
     assert_eq!(fixed_points, 24, "fixed-point checks");
     assert_eq!(
         canonicalize_json("[1,,3]"),
-        Err(CanonicalError::InvalidJson {
-            message: "unexpected character ','".into(),
-            offset: 3
-        })
+        Err(CanonicalError::InvalidJson { message: "unexpected character ','".into(), offset: 3 })
     );
 }
 
@@ -170,22 +133,12 @@ fn canonicalize_vectors() {
 fn js_only_vectors_rust_analogues() {
     let vectors = section("canonicalize");
     let by_name = |name: &str| {
-        vectors
-            .iter()
-            .find(|v| s(v, "name") == name)
-            .unwrap_or_else(|| panic!("missing vector {name}"))
-            .clone()
+        vectors.iter().find(|v| s(v, "name") == name).unwrap_or_else(|| panic!("missing vector {name}")).clone()
     };
     let analogues = [
-        (
-            "undefined-in-object-omitted-in-array-null",
-            json!({"keep": 1, "arr": [null, 1, null]}),
-        ),
+        ("undefined-in-object-omitted-in-array-null", json!({"keep": 1, "arr": [null, 1, null]})),
         ("function-and-symbol-members-omitted", json!({"keep": "k"})),
-        (
-            "toJSON-ignored-date-is-empty-object",
-            json!({"d": {}, "t": {"v": 1}}),
-        ),
+        ("toJSON-ignored-date-is-empty-object", json!({"d": {}, "t": {"v": 1}})),
     ];
     for (name, value) in &analogues {
         let v = by_name(name);
@@ -211,33 +164,22 @@ fn canonicalize_error_vectors() {
                 via_input.insert(name);
             }
             "Infinity" => {
-                assert_eq!(
-                    format_number(f64::INFINITY).unwrap_err().to_string(),
-                    message
-                );
+                assert_eq!(format_number(f64::INFINITY).unwrap_err().to_string(), message);
                 // JSON.parse("1e400") is Infinity.
                 assert_eq!(canonicalize_json("1e400").unwrap_err().to_string(), message);
                 assert_eq!(digest_json("1e400").unwrap_err().to_string(), message);
                 via_input.insert(name);
             }
             "-Infinity" => {
-                assert_eq!(
-                    format_number(f64::NEG_INFINITY).unwrap_err().to_string(),
-                    message
-                );
-                assert_eq!(
-                    canonicalize_json("-1e400").unwrap_err().to_string(),
-                    message
-                );
+                assert_eq!(format_number(f64::NEG_INFINITY).unwrap_err().to_string(), message);
+                assert_eq!(canonicalize_json("-1e400").unwrap_err().to_string(), message);
                 via_input.insert(name);
             }
             "nested-NaN" => {
                 // NaN has no JSON spelling; the same nesting with an overflowing number must
                 // fail the same way (with Infinity), and the NaN message must match exactly.
                 assert_eq!(
-                    canonicalize_json(r#"{"a":[1,{"b":1e999}]}"#)
-                        .unwrap_err()
-                        .to_string(),
+                    canonicalize_json(r#"{"a":[1,{"b":1e999}]}"#).unwrap_err().to_string(),
                     "Canonical JSON Error: Non-finite number Infinity cannot be serialized."
                 );
                 assert_eq!(CanonicalError::NonFinite(f64::NAN).to_string(), message);
@@ -252,29 +194,16 @@ fn canonicalize_error_vectors() {
                 let kind = message
                     .strip_prefix("Canonical JSON Error: Unsupported value type ")
                     .unwrap_or_else(|| panic!("{name}: unexpected message {message}"));
-                assert_eq!(
-                    CanonicalError::UnsupportedType(kind.to_string()).to_string(),
-                    message
-                );
+                assert_eq!(CanonicalError::UnsupportedType(kind.to_string()).to_string(), message);
                 display_only.insert(name);
             }
             other => panic!("unexpected canonicalize_errors vector {other}"),
         }
     }
-    assert_eq!(
-        via_input,
-        ["NaN", "Infinity", "-Infinity", "nested-NaN"].into()
-    );
+    assert_eq!(via_input, ["NaN", "Infinity", "-Infinity", "nested-NaN"].into());
     assert_eq!(
         display_only,
-        [
-            "top-level-undefined",
-            "bigint",
-            "function-inside-array",
-            "symbol-inside-array",
-            "top-level-function"
-        ]
-        .into()
+        ["top-level-undefined", "bigint", "function-inside-array", "symbol-inside-array", "top-level-function"].into()
     );
 }
 
@@ -297,13 +226,7 @@ fn receipt_digest_vectors() {
             "effectKey": input["effectKey"],
         });
         assert_eq!(canonicalize(&digest_input), expected_canonical);
-        assert_eq!(
-            format!(
-                "{DIGEST_PREFIX}{}",
-                sha256_hex(&canonicalize(&digest_input))
-            ),
-            expected_digest
-        );
+        assert_eq!(format!("{DIGEST_PREFIX}{}", sha256_hex(&canonicalize(&digest_input))), expected_digest);
         assert_eq!(canonical_digest(&digest_input), expected_digest);
         assert_eq!(
             receipt_digest(
@@ -317,33 +240,13 @@ fn receipt_digest_vectors() {
         );
 
         // The receipt echoes the input; `at` and `schemaVersion` are outside the digest.
-        for field in [
-            "event",
-            "runId",
-            "owner",
-            "leaseExpiresAt",
-            "effectKey",
-            "at",
-        ] {
+        for field in ["event", "runId", "owner", "leaseExpiresAt", "effectKey", "at"] {
             assert_eq!(receipt[field], input[field], "receipt field {field}");
         }
         assert_eq!(s(receipt, "schemaVersion"), "zao.heart.receipt.v1");
-        let keys: Vec<&str> = receipt
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        let mut expected_keys = vec![
-            "schemaVersion",
-            "event",
-            "runId",
-            "owner",
-            "leaseExpiresAt",
-            "effectKey",
-            "at",
-            "digest",
-        ];
+        let keys: Vec<&str> = receipt.as_object().unwrap().keys().map(String::as_str).collect();
+        let mut expected_keys =
+            vec!["schemaVersion", "event", "runId", "owner", "leaseExpiresAt", "effectKey", "at", "digest"];
         let mut sorted_keys = keys.clone();
         sorted_keys.sort_by(|a, b| cmp_utf16(a, b));
         expected_keys.sort_by(|a, b| cmp_utf16(a, b));
@@ -364,10 +267,7 @@ fn deterministic_resource_id_vectors() {
         assert_eq!(canonicalize(&json!({"kind": kind, "key": key})), canonical);
         let id = format!("heart:resource:{}", sha256_hex(canonical));
         assert_eq!(id, s(v, "id"));
-        assert_eq!(
-            deterministic_resource_id(kind, key).as_deref(),
-            Ok(s(v, "id"))
-        );
+        assert_eq!(deterministic_resource_id(kind, key).as_deref(), Ok(s(v, "id")));
         checked += 1;
     }
     assert_eq!(checked, 6);
@@ -394,19 +294,10 @@ fn effect_key_vectors() {
         let identity = &v["identity"];
         let canonical = s(v, "canonical");
         assert_eq!(canonicalize(identity), canonical);
-        assert_eq!(
-            canonicalize_json(&identity.to_string()).as_deref(),
-            Ok(canonical)
-        );
+        assert_eq!(canonicalize_json(&identity.to_string()).as_deref(), Ok(canonical));
         assert_eq!(effect_key(s(v, "prefix"), identity), s(v, "effect_key"));
-        assert_eq!(
-            format!("{}:{}", s(v, "prefix"), sha256_hex(canonical)),
-            s(v, "effect_key")
-        );
-        assert_eq!(
-            payload_digest(identity),
-            s(v, "payload_digest_if_payload_equals_identity")
-        );
+        assert_eq!(format!("{}:{}", s(v, "prefix"), sha256_hex(canonical)), s(v, "effect_key"));
+        assert_eq!(payload_digest(identity), s(v, "payload_digest_if_payload_equals_identity"));
         checked += 1;
     }
     assert_eq!(checked, 6);
@@ -426,11 +317,7 @@ const FLOAT_PARSE_CASES: &[(&str, &str)] = &[
 #[test]
 fn json_text_numbers_are_correctly_rounded() {
     for (input, expected) in FLOAT_PARSE_CASES {
-        assert_eq!(
-            canonicalize_json(input).as_deref(),
-            Ok(*expected),
-            "{input}"
-        );
+        assert_eq!(canonicalize_json(input).as_deref(), Ok(*expected), "{input}");
     }
 }
 
@@ -438,7 +325,6 @@ fn json_text_numbers_are_correctly_rounded() {
 /// `5e-32` -> `4.999999999999999e-32`), so `canonicalize(&serde_json::from_str(..))` can differ
 /// from the reference unless serde_json's `float_roundtrip` feature is enabled.
 #[test]
-#[ignore = "needs serde_json's `float_roundtrip` feature (workspace Cargo.toml)"]
 fn serde_value_numbers_are_correctly_rounded() {
     for (input, expected) in FLOAT_PARSE_CASES {
         let value: Value = serde_json::from_str(input).unwrap();
