@@ -21,7 +21,9 @@ source scripts/postgres.sh
 ensure_postgres
 echo "DATABASE_URL=$DATABASE_URL"
 
-step "the heart:fleet component: build, wrap, validate, import gate (the wasmtime host tests load it)"
+# Before `cargo test`: the wasmtime host's tests, the CLI's `--engine component` tests and the
+# component-vs-native benchmark (run once by --all-targets) load it, and fail without it.
+step "the heart:fleet component: build, wrap, validate, import gate"
 cargo run -q -p xtask -- component
 
 step "cargo test (workspace)"
@@ -49,6 +51,12 @@ bad = {k: r[k] for k in ("exclusion_violations", "duplicate_effects", "stale_com
 assert not bad, bad
 print("simulate safety report: all counts 0")
 PY
+
+step "the same simulation through the component gives the same report"
+cargo run --release -q --bin heart-fleet -- --engine component simulate --json --seed 7 --crash-rate 0.2 \
+  > /tmp/heart-simulate-component.json
+cmp /tmp/heart-simulate.json /tmp/heart-simulate-component.json
+echo "simulate --engine component: the native report, byte for byte"
 
 step "the canary on the embedded SQLite default, from a fresh directory"
 canary_dir=$(mktemp -d)

@@ -20,7 +20,7 @@ use heart_fleet_core::receipt::ReceiptSink;
 use crate::Exit;
 use crate::canonical_cmd::{self, Form};
 use crate::commands;
-use crate::engine::EngineKind;
+use crate::engine::{EngineKind, EngineUnavailable, Prepared};
 use crate::procsim::{self, ProcConfig};
 use crate::receipts_file::{self, JsonlFileSink, SinkHealth};
 use crate::simulate::{self, Fault, SimConfig};
@@ -50,9 +50,22 @@ pub struct Global {
     #[arg(long, global = true, value_name = "URL")]
     pub store: Option<String>,
     /// What runs the lease operations: the native crate, or the WebAssembly component
-    /// (not built into this CLI yet: exits 2).
+    /// (target/component/heart_fleet.wasm, built by `cargo run -p xtask -- component`, or the
+    /// file named by $HEART_FLEET_COMPONENT) through wasmtime.
     #[arg(long, global = true, value_enum, default_value_t = EngineKind::Native)]
     pub engine: EngineKind,
+    /// The fuel (roughly: wasm instructions) one call into the component may burn before it
+    /// traps [default: 2000000000]. With `--engine component` only; a trap is contained and
+    /// reported as an error (tests starve the component with it).
+    #[arg(long, global = true, hide = true, value_name = "N")]
+    pub component_fuel: Option<u64>,
+}
+
+impl Global {
+    /// The engine of `--engine` (and `--component-fuel`), ready to build fleets.
+    pub fn prepare_engine(&self) -> Result<Prepared, EngineUnavailable> {
+        self.engine.prepare().map(|p| p.with_fuel_per_call(self.component_fuel))
+    }
 }
 
 /// The commands.
@@ -455,9 +468,10 @@ pub fn check_receipts(health: Option<&SinkHealth>, path: Option<&Path>, err: &mu
 }
 
 fn simulate_cmd(g: &Global, args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
-    if let Err(e) = g.engine.check() {
-        return commands::fail(err, Exit::Error, e);
-    }
+    let engine = match g.prepare_engine() {
+        Ok(engine) => engine,
+        Err(e) => return commands::fail(err, Exit::Error, e),
+    };
     let cfg = SimConfig {
         workers: args.workers,
         runs: args.runs,
@@ -477,7 +491,11 @@ fn simulate_cmd(g: &Global, args: &SimulateArgs, out: &mut dyn Write, err: &mut 
         Err(exit) => return exit,
     };
     let live = !(args.json || args.quiet);
-    let result = if live { simulate::run(&cfg, sink, Some(&mut *out)) } else { simulate::run(&cfg, sink, None) };
+    let result = if live {
+        simulate::run_on(&engine, &cfg, sink, Some(&mut *out))
+    } else {
+        simulate::run_on(&engine, &cfg, sink, None)
+    };
     let report = match result {
         Ok(r) => r,
         Err(e) => {
@@ -506,6 +524,7 @@ fn simulate_cmd(g: &Global, args: &SimulateArgs, out: &mut dyn Write, err: &mut 
 }
 
 fn simulate_processes(g: &Global, args: &SimulateArgs, n: u32, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
+    // Checked here (compiled once) so a missing component is one line before any worker starts.
     if let Err(e) = g.engine.check() {
         return commands::fail(err, Exit::Error, e);
     }
@@ -519,6 +538,7 @@ fn simulate_processes(g: &Global, args: &SimulateArgs, n: u32, out: &mut dyn Wri
         max_seconds: args.max_seconds,
         work_ms: args.work_ms,
         effect_ms: 25,
+        engine: g.engine,
     };
     // The default is a fresh SQLite file of its own, never the embedded store.
     let (url, temp) = match g.store.clone() {
@@ -582,6 +602,7 @@ fn worker(g: &Global, args: &WorkerArgs, err: &mut dyn Write) -> Exit {
         effect_ms: args.effect_ms,
         deadline_ms: args.deadline_ms,
         seed: args.seed,
+        engine: g.engine,
     };
     match procsim::run_worker(&url, cfg) {
         Ok(()) => Exit::Success,

@@ -10,7 +10,7 @@
 //! Exit statuses: 0 success; 1 the command ran but the answer is a refusal or a failed check
 //! (run not found, not quarantined, a canary whose work failed, a tampered receipt); 2 the
 //! command could not run (store unreachable or not migrated, a store failure mid-operation,
-//! an unwritable receipts file, an engine that is not built).
+//! an unwritable receipts file, a component that is missing or trapped).
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ use heart_fleet_core::receipt::{HeartEvent, ReceiptSink};
 use heart_fleet_core::request::{NewRun, StoreReply, StoreRequest};
 use heart_fleet_core::session::NotRunReason;
 use heart_fleet_core::sql::{SqlValue, Statement};
-use heart_fleet_core::{ErrorCode, HeartError, HeartFleet, HeartMetrics, LeaseOptions, LeaseStore, RunStatus};
+use heart_fleet_core::{ErrorCode, HeartError, HeartMetrics, LeaseOptions, LeaseStore, RunStatus};
 use heart_fleet_stores::receipts::{ReceiptTableSink, TableSinkHealth};
 use heart_fleet_stores::{AnyStore, DEFAULT_STORE_URL, redact};
 use serde::Serialize;
@@ -63,11 +63,9 @@ pub fn store_url(global: &Global) -> &str {
 
 /// Opens the store of `--store`. The embedded default ([`DEFAULT_STORE_URL`], when no
 /// `--store` is given) is created and migrated on first use; any other store must exist
-/// and be migrated (`heart-fleet migrate`).
+/// and be migrated (`heart-fleet migrate`). (`--engine` plays no part: commands that only
+/// read the store, `metrics` and `verify-receipts --table`, run no lease operation.)
 pub fn open_store(global: &Global, err: &mut dyn Write) -> Result<AnyStore, Exit> {
-    if let Err(e) = global.engine.check() {
-        return Err(fail(err, Exit::Error, e));
-    }
     match global.store.as_deref() {
         Some(url) => heart_fleet_stores::open(url).map_err(|e| fail(err, Exit::Error, e)),
         None => match heart_fleet_stores::open_migrated(DEFAULT_STORE_URL) {
@@ -102,6 +100,8 @@ impl Session {
         max_retries: Option<u32>,
         err: &mut dyn Write,
     ) -> Result<Session, Exit> {
+        // The engine first: a missing component is reported before any store is touched.
+        let engine = global.prepare_engine().map_err(|e| fail(err, Exit::Error, e))?;
         let store = open_store(global, err)?;
         let (file_sink, file) = match open_receipts(receipts, err)? {
             Some((sink, health)) => (Some(sink), Some(health)),
@@ -111,8 +111,10 @@ impl Session {
         let (queue_sink, queue) = QueueSink::new();
         let mut sinks: Vec<Box<dyn ReceiptSink>> = vec![Box::new(table_sink), Box::new(queue_sink)];
         sinks.extend(file_sink);
-        let fleet = HeartFleet::new(store).with_max_retries(max_retries).with_sink(Box::new(FanoutSink::new(sinks)));
-        Ok(Session { fleet: Box::new(fleet), queue, table, file, receipts_path: receipts.receipts.clone() })
+        let fleet = engine
+            .build(store, max_retries, Box::new(FanoutSink::new(sinks)))
+            .map_err(|e| fail(err, heart_exit(&e), format!("--engine {}: {e}", global.engine.as_str())))?;
+        Ok(Session { fleet, queue, table, file, receipts_path: receipts.receipts.clone() })
     }
 
     /// Reports a sink that failed (the table or the file): `Err(Exit::Error)` then.

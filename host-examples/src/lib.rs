@@ -18,7 +18,8 @@
 //!   `instances`, `metrics`, `verify-receipts --table`), over the stores of
 //!   `heart-fleet-stores` (`--store URL`, default `sqlite:heart-fleet.db`).
 //! * [`engine`]: the fleet operations those commands use, behind the [`engine::Engine`]
-//!   trait (native crate now; the WebAssembly component later, `--engine component`).
+//!   trait: the native crate (`--engine native`, the default) or the WebAssembly component
+//!   through wasmtime (`--engine component`).
 //! * [`rng`]: the deterministic generator the simulation draws from.
 //!
 //! The core does no I/O; everything that touches files, standard streams, or randomness
@@ -43,8 +44,8 @@ use std::process::ExitCode;
 /// line, a tampered receipt, a non-zero safety count, a run that is not found or not in the
 /// status an operator action needs, a canary that could not run); `2` the command could not
 /// run (a file that cannot be read or written, a store that is unknown, unreachable or not
-/// migrated, a store failure mid-operation, an engine that is not built, wrong arguments —
-/// clap also exits with 2).
+/// migrated, a store failure mid-operation, a missing component or a trap inside it, wrong
+/// arguments — clap also exits with 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// Everything checked out.

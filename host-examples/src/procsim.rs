@@ -88,15 +88,14 @@ use heart_fleet_core::receipt::ReceiptSink;
 use heart_fleet_core::request::{NewRun, StoreReply, StoreRequest};
 use heart_fleet_core::sql::{Dialect, SqlParam, SqlRow, SqlValue, Statement};
 use heart_fleet_core::{
-    ErrorCode, FencingToken, HeartFleet, HeartMetrics, IntentRow, LeaseStore, ProbeVerdict, StoreError, Timestamp,
-    verify_receipt,
+    ErrorCode, FencingToken, HeartMetrics, IntentRow, LeaseStore, ProbeVerdict, StoreError, Timestamp, verify_receipt,
 };
 use heart_fleet_stores::receipts::ReceiptTableSink;
 use heart_fleet_stores::{AnyStore, StoreTarget, Tx, redact};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::engine::Engine;
+use crate::engine::{Engine, EngineKind};
 use crate::rng::SplitMix64;
 use crate::sinks::FanoutSink;
 
@@ -129,6 +128,8 @@ pub struct ProcConfig {
     pub work_ms: u64,
     /// Pause on each side of a delivery (widens the window a kill can hit).
     pub effect_ms: u64,
+    /// What runs the lease operations, in the parent and in every worker (`--engine`).
+    pub engine: EngineKind,
 }
 
 /// The report of a multi-process simulation: the in-process report's safety counts, and
@@ -544,12 +545,14 @@ pub struct WorkerConfig {
     pub deadline_ms: u64,
     /// Seed of its choices.
     pub seed: u64,
+    /// What runs its lease operations (`--engine`, passed on by the parent).
+    pub engine: EngineKind,
 }
 
 struct Worker {
     cfg: WorkerConfig,
     owner: String,
-    fleet: HeartFleet<AnyStore>,
+    fleet: Box<dyn Engine<Store = AnyStore>>,
     ext: AnyStore,
     journal: Journal,
     deadline: Instant,
@@ -561,7 +564,12 @@ pub fn run_worker(url: &str, cfg: WorkerConfig) -> Result<(), String> {
     let ext = heart_fleet_stores::open(url).map_err(err_text)?;
     let (sink, _health) = ReceiptTableSink::new(&store);
     let sinks: Vec<Box<dyn ReceiptSink>> = vec![Box::new(sink)];
-    let fleet = HeartFleet::new(store).with_max_retries(None).with_sink(Box::new(FanoutSink::new(sinks)));
+    let fleet = cfg
+        .engine
+        .prepare()
+        .map_err(err_text)?
+        .build(store, None, Box::new(FanoutSink::new(sinks)))
+        .map_err(err_text)?;
     let owner = format!("{}:{}", cfg.name, std::process::id());
     let journal = Journal::open(&cfg.journal)?;
     let deadline = Instant::now() + Duration::from_millis(cfg.deadline_ms);
@@ -751,7 +759,7 @@ struct Parent<'a> {
     url: String,
     sim_id: String,
     dir: PathBuf,
-    fleet: HeartFleet<AnyStore>,
+    fleet: Box<dyn Engine<Store = AnyStore>>,
     ext: AnyStore,
     procs: Procs,
     next_worker: u32,
@@ -783,6 +791,7 @@ pub fn run(
                     not sqlite::memory:"
             .into());
     }
+    let engine = cfg.engine.prepare().map_err(err_text)?;
     let mut store = heart_fleet_stores::open(url).map_err(err_text)?;
     create_sim_tables(&mut store).map_err(|e| format!("create the simulation tables: {e}"))?;
     let ext = heart_fleet_stores::open(url).map_err(err_text)?;
@@ -793,7 +802,7 @@ pub fn run(
     let (table, _) = ReceiptTableSink::new(&store);
     let mut sinks: Vec<Box<dyn ReceiptSink>> = vec![Box::new(table)];
     sinks.extend(sink);
-    let fleet = HeartFleet::new(store).with_max_retries(None).with_sink(Box::new(FanoutSink::new(sinks)));
+    let fleet = engine.build(store, None, Box::new(FanoutSink::new(sinks))).map_err(err_text)?;
     let mut p = Parent {
         cfg: cfg.clone(),
         url: url.to_owned(),
@@ -837,7 +846,7 @@ impl Parent<'_> {
                 objective: "heart-fleet simulate --processes".into(),
                 created_by: "heart-fleet:simulate".into(),
             });
-            let a = Engine::store_mut(&mut self.fleet).execute(req).map_err(|e| format!("create runs: {e}"))?;
+            let a = self.fleet.store_mut().execute(req).map_err(|e| format!("create runs: {e}"))?;
             if !matches!(a.reply, StoreReply::Ensured { .. }) {
                 return Err(format!("create runs: unexpected answer {:?}", a.reply));
             }
@@ -855,7 +864,7 @@ impl Parent<'_> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
         let child = Command::new(exe)
             .env(STORE_ENV, &self.url)
-            .args(["worker", "--sim-id", &self.sim_id, "--name", &name])
+            .args(["--engine", self.cfg.engine.as_str(), "worker", "--sim-id", &self.sim_id, "--name", &name])
             .arg("--journal")
             .arg(&journal)
             .args(["--ttl", &self.cfg.ttl_seconds.to_string(), "--effects", &self.cfg.effects.to_string()])
@@ -1078,7 +1087,7 @@ impl Parent<'_> {
             let event = r.receipt.get("event").and_then(Value::as_str).unwrap_or("?").to_owned();
             *by_event.entry(event).or_default() += 1;
         }
-        let now = Engine::store_mut(&mut self.fleet).execute(StoreRequest::Now).map_err(err_text)?.now;
+        let now = self.fleet.store_mut().execute(StoreRequest::Now).map_err(err_text)?.now;
         let fires_refused = journals
             .values()
             .flatten()
@@ -1119,7 +1128,7 @@ impl Parent<'_> {
             receipt_mismatches: b.receipt_mismatches,
             safe: false,
             final_time: now.to_iso(),
-            metrics: Engine::metrics(&self.fleet),
+            metrics: self.fleet.metrics(),
             receipts_by_event: by_event,
         };
         report.safe = report.safety_counts().iter().all(|(_, n)| *n == 0);

@@ -1,6 +1,9 @@
 //! `simulate`: a fleet of workers on one in-process [`HeartFleet`] over the core's
 //! [`MemoryStore`], interleaved step by step on a virtual clock, with crashes, pauses, a
 //! sweeper and a reconciler, and a safety report computed from bookkeeping of its own.
+//! The fleet is reached through the [`Engine`] trait, so `--engine component` runs the same
+//! simulation through the WebAssembly component ([`run_on`]); a seed gives the same report
+//! on either engine.
 //!
 //! # The model
 //!
@@ -60,6 +63,12 @@
 //! `missing_effects` (an effect of a run that never fired), `zombie_writes` (a renew or
 //! release accepted after the lease's interval ended) and `receipt_mismatches` (an effect
 //! without exactly one `effect_committed` receipt).
+//!
+//! [`HeartFleet`]: heart_fleet_core::HeartFleet
+//! [`HeartFleet::send_once`]: heart_fleet_core::HeartFleet::send_once
+//! [`HeartFleet::guard_irreversible`]: heart_fleet_core::HeartFleet::guard_irreversible
+//! [`HeartFleet::reclaim_expired`]: heart_fleet_core::HeartFleet::reclaim_expired
+//! [`HeartFleet::reconcile_outbox`]: heart_fleet_core::HeartFleet::reconcile_outbox
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -74,12 +83,13 @@ use heart_fleet_core::ops::{
 use heart_fleet_core::receipt::ReceiptSink;
 use heart_fleet_core::request::{StoreAnswer, StoreReply, StoreRequest};
 use heart_fleet_core::{
-    Counter, ErrorCode, FencingToken, HeartEvent, HeartFleet, HeartMetrics, IntentRow, IntentState, LeaseStore, Ledger,
+    Counter, ErrorCode, FencingToken, HeartEvent, HeartMetrics, IntentRow, IntentState, LeaseStore, Ledger,
     MemoryEffectLedger, MemoryStore, ProbeVerdict, RunRow, RunStatus, StoreError, Timestamp,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::engine::{Engine, Prepared};
 use crate::rng::SplitMix64;
 use crate::sinks::{FanoutSink, QueueSink, ReceiptQueue};
 
@@ -503,7 +513,7 @@ fn channel_of(effect: usize) -> &'static str {
 
 struct Sim<'a> {
     cfg: SimConfig,
-    fleet: HeartFleet<SharedStore>,
+    fleet: Box<dyn Engine<Store = SharedStore>>,
     store: SharedStore,
     ledger: MemoryEffectLedger,
     rng: SplitMix64,
@@ -526,13 +536,24 @@ pub fn run(
     sink: Option<Box<dyn ReceiptSink>>,
     progress: Option<&mut dyn Write>,
 ) -> Result<SimReport, SimError> {
-    let mut sim = Sim::new(cfg, sink, progress)?;
+    run_on(&Prepared::Native, cfg, sink, progress)
+}
+
+/// [`run`] on `engine` (the native crate, or the component: `--engine component`).
+pub fn run_on(
+    engine: &Prepared,
+    cfg: &SimConfig,
+    sink: Option<Box<dyn ReceiptSink>>,
+    progress: Option<&mut dyn Write>,
+) -> Result<SimReport, SimError> {
+    let mut sim = Sim::new(engine, cfg, sink, progress)?;
     sim.drive()?;
     sim.report()
 }
 
 impl<'a> Sim<'a> {
     fn new(
+        engine: &Prepared,
         cfg: &SimConfig,
         sink: Option<Box<dyn ReceiptSink>>,
         progress: Option<&'a mut dyn Write>,
@@ -558,9 +579,9 @@ impl<'a> Sim<'a> {
         let (queue_sink, queue) = QueueSink::new();
         let mut sinks: Vec<Box<dyn ReceiptSink>> = vec![Box::new(queue_sink)];
         sinks.extend(sink);
-        let fleet = HeartFleet::new(store.clone())
-            .with_max_retries(cfg.max_retries)
-            .with_sink(Box::new(FanoutSink::new(sinks)));
+        let fleet = engine
+            .build(store.clone(), cfg.max_retries, Box::new(FanoutSink::new(sinks)))
+            .map_err(|e| fail(e.to_string()))?;
         let workers = (0..cfg.workers)
             .map(|w| Worker { name: format!("worker-{}", w + 1), hold: None, paused_for: 0, pending: None })
             .collect();
@@ -656,7 +677,7 @@ impl<'a> Sim<'a> {
         if self.progress.is_some() && self.step.is_multiple_of(REPORT_EVERY) {
             let done = self.books.completed.iter().filter(|c| **c).count();
             let now = self.now()?;
-            let metrics = metrics_text(self.fleet.metrics());
+            let metrics = metrics_text(&self.fleet.metrics());
             let total = self.run_ids.len();
             self.note(|| format!("at {now}: {done}/{total} runs completed; {metrics}"));
         }
@@ -877,7 +898,7 @@ impl<'a> Sim<'a> {
         let payload = json!({ "run": run_id, "effect": j });
         let (store, books) = (&self.store, &mut self.books);
         let token = &hold.token;
-        let res = self.fleet.send_once(token, channel, &key, &payload, |epoch| {
+        let res = self.fleet.send_once(token, channel, &key, &payload, &mut |epoch| {
             if crash == Crash::BeforeSend {
                 return Err("the worker crashed before the send".into());
             }
@@ -935,7 +956,7 @@ impl<'a> Sim<'a> {
         let (j, run, lease) = (hold.next_effect, hold.run, hold.lease);
         let (store, books) = (&self.store, &mut self.books);
         let token = &hold.token;
-        let res = self.fleet.guard_irreversible(token, Ledger::Memory(&mut self.ledger), &key, |epoch| {
+        let res = self.fleet.guard_irreversible(token, Ledger::Memory(&mut self.ledger), &key, &mut |epoch| {
             books.fire(store, token, lease, run, j)?;
             Ok(json!({ "run": run_id, "effect": j, "epoch": epoch }))
         });
@@ -1042,7 +1063,7 @@ impl<'a> Sim<'a> {
             receipt_mismatches: mismatches,
             safe: false,
             final_time: now.to_iso(),
-            metrics: *self.fleet.metrics(),
+            metrics: self.fleet.metrics(),
         };
         report.safe = report.safety_counts().iter().all(|(_, n)| *n == 0);
         Ok(report)

@@ -395,9 +395,14 @@ fn bad_input_is_named() {
     assert!(e.contains("--processes"), "{e}");
     let e = fails(&hf(&dir, &["--store", "sqlite::memory:", "simulate", "--processes", "2"]), 2);
     assert!(e.contains("share"), "{e}");
-    // The component engine is not wired yet.
-    let e = fails(&hf(&dir, &["--engine", "component", "--store", &url, "canary"]), 2);
-    assert!(e.contains("not built yet"), "{e}");
+    // A missing component names the file and the command that builds it.
+    let missing = dir.join("missing.wasm");
+    let out = cmd(&dir, &["--engine", "component", "--store", &url, "canary"])
+        .env("HEART_FLEET_COMPONENT", &missing)
+        .output()
+        .unwrap();
+    let e = fails(&out, 2);
+    assert!(e.contains("missing.wasm is missing") && e.contains("`cargo run -p xtask -- component`"), "{e}");
     // Wrong arguments: clap's error and usage, exit 2.
     for args in [
         &["runs", "requeue", "x"][..],
