@@ -66,12 +66,24 @@
 //!   arises where the evaluator says false and is read as false everywhere (WHERE, CASE WHEN,
 //!   AND/OR), and a negation is `NOT COALESCE(c, FALSE)`. (`=` can use an index, `IS NOT
 //!   DISTINCT FROM` cannot.);
+//! * timestamps are whole milliseconds in the core; a PostgreSQL row written by another tool
+//!   may hold microseconds, so an equality test on a timestamp column (`Eq`, `In`, the expiry
+//!   check of [`Cond::RunHeldBy`]) compares `date_trunc('milliseconds', col)`: a value read
+//!   back from a row (always truncated, see Values) equals the row's column again. These tests
+//!   pick rows by primary key, so no index is lost. (Order comparisons, `<= now`, use the exact
+//!   value; they differ from the truncated one by under a millisecond.);
 //! * a comparison of a column with a value of another type is false, as in the evaluator,
 //!   instead of a database error;
 //! * statuses, states and channels that are plain lowercase words are written as SQL literals
 //!   (`status IN ('leased', 'running')`), so the partial indexes of the migrations apply;
 //! * text is ordered bytewise (`COLLATE "C"` in PostgreSQL), and `NULL` expiries sort first in
 //!   both dialects, as in the memory store;
+//! * in PostgreSQL, an expiry-ordered scan whose condition is `ExpiredAt(expiry)` or a
+//!   conjunction containing it (the sweep, the reconciler's stale-dispatch scan) is rendered
+//!   as two index ranges, `expiry IS NULL` and `expiry <= (SELECT now FROM clk)`, each ordered
+//!   and limited, merged (`UNION ALL`) and ordered and limited again: the same rows in the same
+//!   order, but the index scan stops at `now` instead of filtering every live lease (see
+//!   `pg_expired_scan`);
 //! * PostgreSQL statements assume READ COMMITTED (the default): a write that meets a
 //!   concurrent write of its row waits for it and re-checks its condition on the new version.
 //!   Under REPEATABLE READ or SERIALIZABLE the statement fails with a serialization error
@@ -555,6 +567,19 @@ impl Builder {
         })
     }
 
+    /// The left operand of an equality test (`Eq`, `In`) on `col`. PostgreSQL timestamps
+    /// hold microseconds, and a row written by another tool may carry sub-millisecond digits,
+    /// while the core sees (and compares) every timestamp in whole milliseconds: the column
+    /// is truncated to milliseconds first, so a value read back from the row equals it.
+    /// These tests pick one row by key, so no index on the timestamp is lost.
+    fn eq_operand<C: Column>(&self, col: C) -> String {
+        if self.pg() && col.kind() == Kind::Time {
+            format!("date_trunc('milliseconds', {})", qualified(col))
+        } else {
+            qualified(col)
+        }
+    }
+
     fn not(&self, inner: &str) -> String {
         format!("NOT COALESCE({inner}, {})", self.truth(false))
     }
@@ -587,7 +612,7 @@ fn cond<C: Column>(b: &mut Builder, c: &Cond<C>) -> Result<String, HeartError> {
             // false everywhere it is used (WHERE, CASE WHEN, AND/OR, and NOT, which
             // coalesces). Unlike IS NOT DISTINCT FROM, `=` can use an index.
             match b.value(col.kind(), v) {
-                Some(lit) => format!("{} = {lit}", qualified(*col)),
+                Some(lit) => format!("{} = {lit}", b.eq_operand(*col)),
                 None => b.truth(false).to_owned(),
             }
         }
@@ -601,7 +626,7 @@ fn cond<C: Column>(b: &mut Builder, c: &Cond<C>) -> Result<String, HeartError> {
             if lits.is_empty() {
                 b.truth(false).to_owned()
             } else {
-                format!("{} IN ({})", qualified(*col), lits.join(", "))
+                format!("{} IN ({})", b.eq_operand(*col), lits.join(", "))
             }
         }
         Cond::AtMost(col, n) => {
@@ -670,6 +695,8 @@ fn cond<C: Column>(b: &mut Builder, c: &Cond<C>) -> Result<String, HeartError> {
             };
             let owner = b.text(owner);
             let expiry = b.time(*lease_expires_at);
+            let held_expiry =
+                if b.pg() { "date_trunc('milliseconds', hr.lease_expires_at)" } else { "hr.lease_expires_at" };
             let now = b.now();
             let epoch = match epoch {
                 Some(e) => format!(" AND hr.fencing_epoch = {}", b.int(*e)),
@@ -677,7 +704,7 @@ fn cond<C: Column>(b: &mut Builder, c: &Cond<C>) -> Result<String, HeartError> {
             };
             format!(
                 "EXISTS (SELECT 1 FROM agent_runs hr WHERE {join} AND hr.status IN ('leased', 'running') \
-                 AND hr.lease_owner = {owner} AND hr.lease_expires_at = {expiry} AND hr.lease_expires_at > {now}{epoch})"
+                 AND hr.lease_owner = {owner} AND {held_expiry} = {expiry} AND hr.lease_expires_at > {now}{epoch})"
             )
         }
         Cond::OwnerInstanceDead { ttl_ms } => match C::owner_ref() {
@@ -818,6 +845,18 @@ fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
                 runs("upd", "")
             )
         }
+        StoreRequest::ScanRuns { when, order: RunOrder::ExpiresAt, limit }
+            if expired_rest(when, RunCol::LeaseExpiresAt).is_some() =>
+        {
+            let rest = expired_rest(when, RunCol::LeaseExpiresAt).unwrap_or_default();
+            let order = |rel: &str| format!("{rel}.lease_expires_at NULLS FIRST, {rel}.id");
+            let s = pg_expired_scan(&mut b, &rest, "agent_runs", "lease_expires_at", &order, *limit)?;
+            format!(
+                "{PG_CLOCK}, {s} SELECT {now}, {} FROM clk LEFT JOIN s ON TRUE ORDER BY {}",
+                runs("s", ""),
+                order("s")
+            )
+        }
         StoreRequest::ScanRuns { when, order, limit } => {
             let when = cond(&mut b, when)?;
             let limit = b.int(i64::from(*limit));
@@ -868,11 +907,19 @@ fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
                 intents("upd")
             )
         }
+        StoreRequest::ScanIntents { when, limit } if expired_rest(when, IntentCol::FenceExpiresAt).is_some() => {
+            let rest = expired_rest(when, IntentCol::FenceExpiresAt).unwrap_or_default();
+            let s = pg_expired_scan(&mut b, &rest, "effect_intents", "fence_expires_at", &intent_order, *limit)?;
+            format!(
+                "{PG_CLOCK}, {s} SELECT {now}, {} FROM clk LEFT JOIN s ON TRUE ORDER BY {}",
+                intents("s"),
+                intent_order("s")
+            )
+        }
         StoreRequest::ScanIntents { when, limit } => {
             let when = cond(&mut b, when)?;
             let limit = b.int(i64::from(*limit));
-            let order =
-                |rel: &str| format!("{rel}.fence_expires_at NULLS FIRST, {rel}.run_id, {rel}.effect_key COLLATE \"C\"");
+            let order = intent_order;
             format!(
                 "{PG_CLOCK}, s AS (SELECT effect_intents.* FROM effect_intents, clk WHERE {when} ORDER BY {} LIMIT {limit}) \
                  SELECT {now}, {} FROM clk LEFT JOIN s ON TRUE ORDER BY {}",
@@ -926,6 +973,56 @@ fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
         }
     };
     Ok(b.finish(sql))
+}
+
+/// The order of an intent scan over relation `rel` (fence expiry, nulls first; then key).
+fn intent_order(rel: &str) -> String {
+    format!("{rel}.fence_expires_at NULLS FIRST, {rel}.run_id, {rel}.effect_key COLLATE \"C\"")
+}
+
+/// For a scan ordered by `col` (nulls first) whose condition is `ExpiredAt(col)` or a
+/// conjunction containing it: the other conjuncts (empty: none).
+fn expired_rest<C: Column>(when: &Cond<C>, col: C) -> Option<Vec<&Cond<C>>> {
+    let is_expired = |c: &Cond<C>| matches!(c, Cond::ExpiredAt(x) if *x == col);
+    match when {
+        Cond::ExpiredAt(_) if is_expired(when) => Some(Vec::new()),
+        Cond::And(cs) if cs.iter().any(is_expired) => Some(cs.iter().filter(|c| !is_expired(c)).collect()),
+        _ => None,
+    }
+}
+
+/// The CTE `s AS (...)` of an expiry-ordered scan whose condition is `rest AND
+/// ExpiredAt(table.col)` (see [`expired_rest`]), for PostgreSQL.
+///
+/// `col IS NULL OR col <= now` cannot bound an index scan: the planner applies it as a
+/// filter, so a scan that finds fewer than `limit` rows walks every live entry of the index
+/// (every live lease, for the sweep). It is rendered as the two ranges of the index order
+/// instead, each scanned on its own and limited, then merged in the same order:
+/// `(... AND col IS NULL ORDER BY .. LIMIT n) UNION ALL (... AND col <= (SELECT now FROM clk)
+/// ORDER BY .. LIMIT n)`, ordered and limited again. The ranges are disjoint and both keep the
+/// scan's order, so the result is the same rows in the same order (null expiries first, then
+/// ascending expiry, then the tie-breakers). The clock is a scalar subquery in the bound, so the
+/// planner can use it as an index condition (`Index Cond: col <= $0`).
+fn pg_expired_scan<C: Column>(
+    b: &mut Builder,
+    rest: &[&Cond<C>],
+    table: &str,
+    col: &str,
+    order: &dyn Fn(&str) -> String,
+    limit: u32,
+) -> Result<String, HeartError> {
+    let mut parts = vec![];
+    for c in rest {
+        parts.push(cond(b, c)?);
+    }
+    let limit = b.int(i64::from(limit));
+    let part = |bound: &str| {
+        let when = parts.iter().map(String::as_str).chain([bound]).collect::<Vec<_>>().join(" AND ");
+        format!("(SELECT {table}.* FROM {table}, clk WHERE {when} ORDER BY {} LIMIT {limit})", order(table))
+    };
+    let nulls = part(&format!("{table}.{col} IS NULL"));
+    let expired = part(&format!("{table}.{col} <= (SELECT c.now FROM clk c)"));
+    Ok(format!("s AS (SELECT u.* FROM ({nulls} UNION ALL {expired}) u ORDER BY {} LIMIT {limit})", order("u")))
 }
 
 /// Find-or-create, race-safe in one statement, with documented behaviour only:
@@ -1739,7 +1836,7 @@ mod tests {
              upd AS (UPDATE agent_runs SET lease_expires_at = (clk.now + $2::bigint * interval '1 millisecond'), \
              updated_at = clk.now FROM clk WHERE agent_runs.id = $1::text::uuid AND \
              (agent_runs.status IN ('leased', 'running') AND agent_runs.lease_owner = $3::text \
-             AND agent_runs.lease_expires_at = $4::text::timestamptz \
+             AND date_trunc('milliseconds', agent_runs.lease_expires_at) = $4::text::timestamptz \
              AND (agent_runs.lease_expires_at IS NOT NULL AND agent_runs.lease_expires_at > clk.now) \
              AND agent_runs.fencing_epoch = $5::bigint) RETURNING agent_runs.*) \
              SELECT to_char(clk.now AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS now, \

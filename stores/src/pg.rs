@@ -3,7 +3,14 @@
 //! Each request is the one statement [`sql::render`] returns, run in autocommit (READ
 //! COMMITTED, the default), then [`sql::decode`]. The statement evaluates the store's clock
 //! itself (`clock_timestamp()`), so worker clock skew cannot break exclusion.
+//!
+//! Statements are prepared once per connection and kept by their SQL text (at most
+//! [`STATEMENT_CACHE`] of them): values are bound parameters, so a request shape renders the
+//! same text every time and the set of texts is small. After the first execution of a shape,
+//! a request is one round trip (Bind/Execute/Sync), and the server plans it from its cache
+//! instead of parsing and planning a 2–3 KB statement again.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use heart_fleet_core::sql::{self, Dialect, SqlParam, SqlRow, SqlValue, Statement};
@@ -17,6 +24,33 @@ use crate::failed;
 #[derive(Clone)]
 pub struct PgStore {
     client: Arc<Mutex<postgres::Client>>,
+    /// Prepared statements of `client`, by SQL text. Lock order: `client`, then this.
+    statements: Arc<Mutex<StatementCache>>,
+}
+
+/// The most prepared statements a [`PgStore`] keeps per connection; when full, the cache is
+/// emptied (the fleet renders a few dozen distinct texts, so this is a backstop).
+pub const STATEMENT_CACHE: usize = 256;
+
+/// Prepared statements of one connection, by SQL text, cleared when full.
+#[derive(Default)]
+struct StatementCache {
+    by_sql: HashMap<String, postgres::Statement>,
+}
+
+impl StatementCache {
+    /// The prepared statement for `sql`, preparing it on `client` if it is not cached.
+    fn get(&mut self, client: &mut postgres::Client, sql: &str) -> Result<postgres::Statement, postgres::Error> {
+        if let Some(stmt) = self.by_sql.get(sql) {
+            return Ok(stmt.clone());
+        }
+        let stmt = client.prepare(sql)?;
+        if self.by_sql.len() >= STATEMENT_CACHE {
+            self.by_sql.clear();
+        }
+        self.by_sql.insert(sql.to_owned(), stmt.clone());
+        Ok(stmt)
+    }
 }
 
 impl std::fmt::Debug for PgStore {
@@ -29,7 +63,7 @@ impl PgStore {
     /// A store over `client`, whose `search_path` leads to a migrated schema
     /// ([`sql::migrations`]`(Dialect::Postgres)`).
     pub fn new(client: postgres::Client) -> PgStore {
-        PgStore { client: Arc::new(Mutex::new(client)) }
+        PgStore { client: Arc::new(Mutex::new(client)), statements: Arc::default() }
     }
 
     /// Connects to `url` (`postgres://USER:PASSWORD@HOST:PORT/DB`, libpq-style parameters such
@@ -44,9 +78,34 @@ impl PgStore {
     }
 
     /// Runs one statement (`$n` placeholders) in autocommit and returns its rows. Columns
-    /// must be text, integers or booleans (cast anything else to text).
+    /// must be text, integers or booleans (cast anything else to text). Not cached (see
+    /// [`LeaseStore::execute`] for the cached path).
     pub fn query(&self, stmt: &Statement) -> Result<Vec<SqlRow>, StoreError> {
         query(&mut self.client(), stmt)
+    }
+
+    /// Runs one statement through the connection's prepared-statement cache.
+    ///
+    /// A cached statement the server no longer knows (someone ran `DEALLOCATE` / `DISCARD
+    /// ALL` through [`PgStore::client`]) or can no longer use (its result type changed with the
+    /// schema) fails without having run; it is then dropped from the cache and prepared and
+    /// run once more.
+    fn query_cached(&self, stmt: &Statement) -> Result<Vec<SqlRow>, StoreError> {
+        let params = params(stmt)?;
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
+        let mut client = self.client();
+        let mut cache = self.statements.lock().unwrap_or_else(PoisonError::into_inner);
+        let prepared = cache.get(&mut client, &stmt.sql).map_err(|e| failed("postgres prepare", e))?;
+        let rows = match client.query(&prepared, &refs) {
+            Err(e) if is_stale(&e) => {
+                cache.by_sql.remove(&stmt.sql);
+                let prepared = cache.get(&mut client, &stmt.sql).map_err(|e| failed("postgres prepare", e))?;
+                client.query(&prepared, &refs)
+            }
+            other => other,
+        }
+        .map_err(|e| failed("postgres", e))?;
+        sql_rows(&rows)
     }
 
     /// Runs a script of statements (simple query protocol, no rows).
@@ -88,8 +147,17 @@ fn pg_value(row: &postgres::Row, i: usize, ty: &Type) -> Result<SqlValue, postgr
     })
 }
 
-/// Runs one statement on `client` and returns its rows as [`SqlRow`]s.
-pub fn query(client: &mut postgres::Client, stmt: &Statement) -> Result<Vec<SqlRow>, StoreError> {
+/// Whether `e` says a prepared statement is gone or unusable before it ran (SQLSTATE 26000,
+/// `invalid_sql_statement_name`; 0A000 `cached plan must not change result type`).
+fn is_stale(e: &postgres::Error) -> bool {
+    e.code().is_some_and(|c| {
+        *c == postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME
+            || (*c == postgres::error::SqlState::FEATURE_NOT_SUPPORTED && e.to_string().contains("cached plan"))
+    })
+}
+
+/// The parameters of `stmt` as driver values.
+fn params(stmt: &Statement) -> Result<Vec<Box<dyn ToSql + Sync>>, StoreError> {
     let mut params: Vec<Box<dyn ToSql + Sync>> = Vec::with_capacity(stmt.params.len());
     for p in &stmt.params {
         params.push(match p {
@@ -98,10 +166,22 @@ pub fn query(client: &mut postgres::Client, stmt: &Statement) -> Result<Vec<SqlR
             SqlParam::Now => return Err(StoreError("postgres: SqlParam::Now in a PostgreSQL statement".into())),
         });
     }
+    Ok(params)
+}
+
+/// Runs one statement on `client` and returns its rows as [`SqlRow`]s (prepared, run and
+/// closed: no cache).
+pub fn query(client: &mut postgres::Client, stmt: &Statement) -> Result<Vec<SqlRow>, StoreError> {
+    let params = params(stmt)?;
     let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
     let rows = client.query(&stmt.sql, &refs).map_err(|e| failed("postgres", e))?;
+    sql_rows(&rows)
+}
+
+/// Driver rows as [`SqlRow`]s.
+fn sql_rows(rows: &[postgres::Row]) -> Result<Vec<SqlRow>, StoreError> {
     let mut out = Vec::with_capacity(rows.len());
-    for row in &rows {
+    for row in rows {
         let mut cells = Vec::with_capacity(row.len());
         for (i, col) in row.columns().iter().enumerate() {
             // Anything but text, integers and booleans fails here as a type mismatch.
@@ -119,7 +199,7 @@ impl LeaseStore for PgStore {
         let [stmt] = stmts.as_slice() else {
             return Err(StoreError(format!("postgres: render gave {} statements, not one", stmts.len())));
         };
-        let rows = query(&mut self.client(), stmt)?;
+        let rows = self.query_cached(stmt)?;
         sql::decode(&req, Dialect::Postgres, vec![rows]).map_err(|e| failed("decode", e))
     }
 }

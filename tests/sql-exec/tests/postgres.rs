@@ -550,3 +550,116 @@ fn receipts_go_to_their_table() {
     let Some(mut db) = Pg::connect() else { return };
     common::check_receipts(&mut db);
 }
+
+/// The text of the one-row, one-column answer of `sql` (simple query protocol).
+fn simple_text(db: &mut Pg, sql: &str) -> String {
+    let msgs = db.client.simple_query(sql).unwrap_or_else(|e| panic!("{e:?}\n{sql}"));
+    msgs.iter()
+        .find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no row: {sql}"))
+}
+
+/// Every node of an `EXPLAIN (FORMAT JSON)` plan.
+fn plan_nodes<'a>(node: &'a serde_json::Value, out: &mut Vec<&'a serde_json::Value>) {
+    out.push(node);
+    for child in node.get("Plans").and_then(serde_json::Value::as_array).into_iter().flatten() {
+        plan_nodes(child, out);
+    }
+}
+
+/// An idle sweep (held leases, none expired) and an idle stale-dispatch scan bound their
+/// index scans by the clock: every scan of the partial index has an `Index Cond` on the
+/// expiry (`IS NULL`, or `<= now`) and returns no row, so the scan's cost does not grow
+/// with the live leases (or live fences). Checked with custom and generic plans, with
+/// sequential and bitmap scans off so the small tables use their indexes.
+#[test]
+fn an_idle_sweep_does_not_read_the_live_leases() {
+    use heart_fleet_core::request::{IntentCol, RunOrder, held};
+    let Some(mut db) = Pg::connect() else { return };
+    db.batch(
+        "INSERT INTO agent_runs (id, assignment_id, objective, status, lease_owner, lease_expires_at, idempotency_key, created_by) \
+         SELECT gen_random_uuid(), gen_random_uuid(), 'o', CASE WHEN g % 2 = 0 THEN 'leased' ELSE 'running' END, 'w', \
+         now() + interval '1 hour' + g * interval '1 second', 'k' || g, 't' FROM generate_series(1, 300) g; \
+         INSERT INTO effect_intents (run_id, effect_key, state, channel, payload_digest, fence_owner, fence_expires_at, attempts) \
+         SELECT id, 'e', 'dispatched', 'mail', 'd', 'w', lease_expires_at, 0 FROM agent_runs; \
+         ANALYZE agent_runs; ANALYZE effect_intents",
+    );
+    let sweep = StoreRequest::ScanRuns {
+        when: Cond::And(vec![held(), Cond::ExpiredAt(RunCol::LeaseExpiresAt)]),
+        order: RunOrder::ExpiresAt,
+        limit: 100,
+    };
+    let stale = StoreRequest::ScanIntents {
+        when: Cond::And(vec![
+            Cond::Eq(IntentCol::State, Val::Text("dispatched".into())),
+            Cond::ExpiredAt(IntentCol::FenceExpiresAt),
+        ]),
+        limit: 100,
+    };
+    db.batch("SET enable_seqscan = off; SET enable_bitmapscan = off");
+    for (name, req, index, col) in [
+        ("sweep", &sweep, "idx_agent_runs_lease_sweep", "lease_expires_at"),
+        ("stale", &stale, "idx_effect_intents_reconcile", "fence_expires_at"),
+    ] {
+        // Nothing is expired: the scan finds nothing.
+        let answer = ask(&mut db, req, None);
+        match &answer.reply {
+            StoreReply::Runs { runs } => assert!(runs.is_empty(), "{name}: {runs:?}"),
+            StoreReply::Intents { intents } => assert!(intents.is_empty(), "{name}: {intents:?}"),
+            other => panic!("{name}: {other:?}"),
+        }
+        let stmt = &render(req, Dialect::Postgres).unwrap()[0];
+        assert_eq!(stmt.params, vec![SqlParam::Int(100)], "{}", stmt.sql);
+        db.batch(&format!("PREPARE {name}(bigint) AS {}", stmt.sql));
+        for mode in ["force_custom_plan", "force_generic_plan"] {
+            db.batch(&format!("SET plan_cache_mode = {mode}"));
+            let text = simple_text(&mut db, &format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {name}(100)"));
+            let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let mut nodes = Vec::new();
+            plan_nodes(&json[0]["Plan"], &mut nodes);
+            let scans: Vec<_> = nodes.iter().filter(|n| n["Index Name"].as_str() == Some(index)).collect();
+            let why = format!("{name} ({mode}): {}", serde_json::to_string_pretty(&json).unwrap());
+            assert!(!scans.is_empty(), "{why}");
+            for scan in scans {
+                let cond = scan["Index Cond"].as_str().unwrap_or_default();
+                assert!(cond.contains(col) && (cond.contains("IS NULL") || cond.contains("<=")), "{why}");
+                assert_eq!(scan["Actual Rows"].as_i64(), Some(0), "{why}");
+            }
+            for n in &nodes {
+                for key in ["Rows Removed by Filter", "Rows Removed by Join Filter", "Rows Removed by Index Recheck"] {
+                    assert!(n[key].as_i64().unwrap_or(0) == 0, "{why}");
+                }
+            }
+        }
+        db.batch(&format!("DEALLOCATE {name}; RESET plan_cache_mode"));
+    }
+}
+
+/// An expiry with sub-millisecond digits (written by another tool: PostgreSQL keeps
+/// microseconds) is reclaimed: the scan reads it back in whole milliseconds, and the
+/// recovery write's `lease_expires_at = <that value>` compares at millisecond precision.
+#[test]
+fn sub_millisecond_expiries_are_reclaimed() {
+    let Some(mut db) = Pg::connect() else { return };
+    let id = uuid(7);
+    db.batch(&format!(
+        "INSERT INTO agent_runs (id, assignment_id, objective, status, lease_owner, lease_expires_at, retries, \
+         idempotency_key, created_by) VALUES ('{id}', gen_random_uuid(), 'o', 'running', 'w1', \
+         '2020-01-02 03:04:00.123456+00', 0, 'k-sub-ms', 't')"
+    ));
+    let mut client = Client::connect(&database_url().unwrap(), NoTls).unwrap();
+    client.batch_execute(&format!("SET search_path TO {}", db.schema)).unwrap();
+    let mut fleet = heart_fleet_core::HeartFleet::new(heart_fleet_sql_exec::PgStore::new(client));
+    let summary = fleet.reclaim_expired(10).unwrap();
+    assert!(summary.errors.is_empty(), "{summary:?}");
+    assert_eq!(summary.reclaimed_ids, vec![id.clone()], "{summary:?}");
+    let row = db.query("SELECT status, lease_owner FROM agent_runs WHERE id = $1::text::uuid", &[&id]);
+    assert_eq!(row[0][0].1, SqlValue::Text("ready".into()), "{row:?}");
+    assert_eq!(row[0][1].1, SqlValue::Null, "{row:?}");
+    // Nothing is left to reclaim.
+    let again = fleet.reclaim_expired(10).unwrap();
+    assert!(again.reclaimed_ids.is_empty() && again.errors.is_empty(), "{again:?}");
+}
