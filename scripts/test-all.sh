@@ -65,5 +65,13 @@ root=$PWD
   && cargo run --release -q --manifest-path "$root/Cargo.toml" --bin heart-fleet -- canary) | tail -n 1
 rm -rf "$canary_dir"
 
+step "Node: the napi-rs binding (npm package heart-fleet) and the bot example"
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || {
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+}
+node --version
+(cd bindings-node && npm ci --no-audit --no-fund && npm test)
+(cd host-examples/node && npm ci --no-audit --no-fund && npm test)
+
 echo
 echo "all tests passed"

@@ -1,0 +1,5 @@
+//! napi-build sets up the linker flags a Node addon needs.
+
+fn main() {
+    napi_build::setup();
+}

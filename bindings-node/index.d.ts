@@ -1,0 +1,600 @@
+// Type declarations of the npm package `heart-fleet` (the Node.js binding of the Rust
+// heart-fleet core). The same declarations serve `import` (index.mjs) and `require`
+// (index.cjs).
+
+// ---------------------------------------------------------------------------------------
+// Data model (snake_case rows, camelCase tokens and receipts, as in the TypeScript package)
+// ---------------------------------------------------------------------------------------
+
+/** The 12 run statuses, in the reference's order. */
+export type RunStatus =
+  | 'created'
+  | 'ready'
+  | 'leased'
+  | 'running'
+  | 'waiting_approval'
+  | 'blocked'
+  | 'verifying'
+  | 'recovering'
+  | 'completed'
+  | 'failed'
+  | 'cancelled'
+  | 'quarantined';
+
+/** How `release` leaves a run. `ready` is for resource runs only (fix 8). */
+export type NextStatus = 'completed' | 'failed' | 'cancelled' | 'ready';
+
+/** An `agent_runs` row. Timestamps are `toISOString()` text. */
+export interface AgentRunRow {
+  id: string;
+  task_id: string | null;
+  assignment_id: string;
+  objective: string;
+  required_capabilities: string[];
+  status: RunStatus;
+  assigned_agent: string | null;
+  lease_owner: string | null;
+  lease_expires_at: string | null;
+  retries: number;
+  budget: unknown | null;
+  approval_state: string;
+  visibility: string;
+  idempotency_key: string;
+  created_by: string;
+  created_at: string;
+  updated_at: string;
+  /** Monotonic fencing epoch, raised by every successful acquire (not in the reference). */
+  fencing_epoch: number;
+}
+
+/** A run for `MemoryLeaseStore.insert`: `id` is required, the rest take the schema defaults. */
+export type NewRun = { id: string } & Partial<Omit<AgentRunRow, 'id' | 'created_at' | 'updated_at' | 'lease_expires_at'>> & {
+  lease_expires_at?: string | Date | null;
+};
+
+/**
+ * Proof of a lease. Tokens minted by the TypeScript package have no `epoch`; they are
+ * checked by the three-field equality. Frozen.
+ */
+export interface FencingToken {
+  readonly runId: string;
+  readonly owner: string;
+  readonly leaseExpiresAt: string;
+  readonly epoch?: number;
+}
+
+/** What a receipt records. The first nine are the reference's; the operator events are new. */
+export type HeartEvent =
+  | 'acquired'
+  | 'renewed'
+  | 'released'
+  | 'reclaimed'
+  | 'quarantined'
+  | 'fence_verified'
+  | 'fence_rejected'
+  | 'effect_committed'
+  | 'effect_deduped'
+  | 'requeued'
+  | 'force_released';
+
+/** A tamper-evident receipt (`zao.heart.receipt.v1`), frozen, fields in the reference's order. */
+export interface HeartReceipt {
+  readonly schemaVersion: 'zao.heart.receipt.v1';
+  readonly event: HeartEvent;
+  readonly runId: string;
+  readonly owner: string;
+  readonly leaseExpiresAt: string | null;
+  readonly effectKey: string | null;
+  /** The store's clock when it was emitted. Not covered by the digest. */
+  readonly at: string;
+  /** `sha256:dreamnet-sorted-json:v0:` + sha256 of canonical {event, runId, owner, leaseExpiresAt, effectKey}. */
+  readonly digest: string;
+}
+
+/** The reference's 13 counters. */
+export interface HeartMetrics {
+  acquireAttempts: number;
+  acquireWins: number;
+  acquireCollisions: number;
+  renews: number;
+  renewFailures: number;
+  releases: number;
+  releaseFailures: number;
+  reclaims: number;
+  quarantines: number;
+  fenceVerifications: number;
+  fenceRejections: number;
+  effectCommits: number;
+  effectDedupes: number;
+}
+
+/** The stable error codes of the core's registry. */
+export type ErrorCode =
+  | 'invalid-input'
+  | 'run-not-found'
+  | 'lease-held'
+  | 'collision'
+  | 'fence-rejected'
+  | 'quarantined'
+  | 'deduped'
+  | 'store-unavailable'
+  | 'store-protocol'
+  | 'receipt-tampered'
+  | 'effect-failed'
+  | 'invalid-state';
+
+/** Why a token stopped proving its lease. */
+export type LostCause = 'superseded' | 'expired' | 'released' | 'not-found' | 'store-unavailable';
+
+/** An `effect_intents` row. */
+export interface IntentRow {
+  run_id: string;
+  effect_key: string;
+  state: 'intent' | 'dispatched' | 'committed' | 'abandoned';
+  channel: string;
+  payload_digest: string;
+  fence_owner: string | null;
+  fence_expires_at: string | null;
+  fence_epoch: number | null;
+  external_ref: unknown | null;
+  attempts: number;
+  last_error: string | null;
+  created_at: string;
+  committed_at: string | null;
+}
+
+/** An `outbox_dispatch_log` entry. */
+export interface DispatchLogEntry {
+  run_id: string;
+  effect_key: string;
+  attempt: number;
+  outcome: 'claimed' | 'sent' | 'failed' | 'deduped' | 'reconciled' | 'abandoned';
+  at: string | null;
+  detail: unknown | null;
+}
+
+/** An `agent_instances` row. */
+export interface InstanceRow {
+  instance_id: string;
+  hostname: string | null;
+  pid: number | null;
+  status: 'alive' | 'draining' | 'dead';
+  started_at: string;
+  last_heartbeat: string;
+  metadata: unknown | null;
+}
+
+// ---------------------------------------------------------------------------------------
+// Results
+// ---------------------------------------------------------------------------------------
+
+/**
+ * `acquire`'s result: the reference's shape plus a `code` on failure. On success there is
+ * no `reason`; on failure there is no `fence`, and `run` is the row as read before the
+ * attempt (null for invalid input and a missing run).
+ */
+export interface AcquireResult {
+  acquired: boolean;
+  run: AgentRunRow | null;
+  fence?: FencingToken;
+  reason?: string;
+  code?: ErrorCode;
+}
+
+/** A renew or release with its outcome. */
+export type Fenced<T> = { outcome: 'ok'; value: T } | { outcome: 'rejected'; cause: LostCause; code: 'fence-rejected' };
+
+export interface ReclaimSummary {
+  reclaimedCount: number;
+  reclaimedIds: string[];
+  quarantinedIds: string[];
+  errors: { runId: string; error: string }[];
+}
+
+export interface LivenessSummary {
+  deadInstanceIds: string[];
+  reclaimedCount: number;
+  reclaimedIds: string[];
+  quarantinedIds: string[];
+  errors: { runId: string; error: string }[];
+}
+
+export type GuardResult<T> =
+  | { committed: true; result: T }
+  | { committed: false; reason: 'fence-rejected'; code: 'fence-rejected' }
+  | { committed: false; reason: 'already-committed'; code: 'deduped' };
+
+export type SendResult<T> =
+  | { sent: true; result: T; externalRef: unknown; committed: boolean }
+  | { sent: false; reason: 'fence-rejected' | 'deduped' | 'lost-dispatch-race'; code: ErrorCode };
+
+export interface ReconcileSummary {
+  scanned: number;
+  committed: number;
+  reopened: number;
+  abandoned: number;
+  left: number;
+  errors: { effectKey: string; error: string }[];
+}
+
+export type ExecuteResult<T> =
+  | { ran: true; result: T; released: boolean; lost?: LostCause }
+  | { ran: false; reason: 'lease-held' | 'lease-error'; code?: ErrorCode; released: false };
+
+// ---------------------------------------------------------------------------------------
+// The store contract
+// ---------------------------------------------------------------------------------------
+
+/** A column value in a store request: `{type, value}`. */
+export type Val =
+  | { type: 'null' }
+  | { type: 'text'; value: string }
+  | { type: 'int'; value: number }
+  | { type: 'time'; value: string }
+  | { type: 'json'; value: unknown };
+
+/** A condition (the core's `Cond`, externally tagged). */
+export type Cond =
+  | 'true'
+  | { eq: [string, Val] }
+  | { in: [string, Val[]] }
+  | { at_most: [string, number] }
+  | { expired_at: string }
+  | { live_at: string }
+  | { older_than: [string, number] }
+  | { starts_with: [string, string] }
+  | { and: Cond[] }
+  | { or: Cond[] }
+  | { not: Cond }
+  | { run_held_by: { owner: string; lease_expires_at: string; epoch: number | null } }
+  | { owner_instance_dead: { ttl_ms: number } };
+
+/** An assigned value (the core's `Expr`). */
+export type Expr = { val: Val } | 'now' | { now_plus: number } | { add: [string, number] } | { case: [Cond, Expr, Expr] };
+
+/**
+ * One store request (the core's `StoreRequest`, tagged by `op`). Every request is a read,
+ * a scan, or one atomic conditional write; conditions and assignments may use the store's
+ * clock (`now`). See core/src/request.rs for the exact semantics, and `MemoryLeaseStore`,
+ * `PgLeaseStore` for implementations.
+ */
+export type StoreRequest =
+  | { op: 'now' }
+  | { op: 'read_run'; run_id: string }
+  | { op: 'update_run'; run_id: string; when: Cond; set: [string, Expr][]; want_before: boolean }
+  | { op: 'scan_runs'; when: Cond; order: 'expires_at' | 'updated_at_desc'; limit: number }
+  | { op: 'ensure_run'; idempotency_key: string; objective: string; created_by: string }
+  | { op: 'claim_intent'; run_id: string; effect_key: string; channel: string; payload_digest: string }
+  | {
+      op: 'update_intent';
+      run_id: string;
+      effect_key: string;
+      when: Cond;
+      set: [string, Expr][];
+      log: Omit<DispatchLogEntry, 'at'> | null;
+    }
+  | { op: 'scan_intents'; when: Cond; limit: number }
+  | { op: 'read_log'; run_id: string; effect_key: string }
+  | { op: 'upsert_instance'; instance_id: string; hostname: string | null; pid: number | null; metadata: unknown | null }
+  | { op: 'update_instances'; when: Cond; set: [string, Expr][] }
+  | { op: 'scan_instances'; when: Cond };
+
+/** The reply inside a store answer (tagged by `kind`). */
+export type StoreReply =
+  | { kind: 'now' }
+  | { kind: 'run'; run: AgentRunRow | null }
+  | { kind: 'run_write'; before: AgentRunRow | null; after: AgentRunRow | null }
+  | { kind: 'runs'; runs: AgentRunRow[] }
+  | { kind: 'ensured'; run: AgentRunRow; created: boolean }
+  | { kind: 'claim'; intent: IntentRow; claimed: boolean }
+  | { kind: 'intent'; intent: IntentRow | null }
+  | { kind: 'intents'; intents: IntentRow[] }
+  | { kind: 'log'; entries: DispatchLogEntry[] }
+  | { kind: 'instances'; instances: InstanceRow[] };
+
+/** A store's answer: the reply and the store's clock (whole milliseconds) it used. */
+export interface StoreAnswer {
+  now: string;
+  reply: StoreReply;
+}
+
+/**
+ * The store contract. `execute` runs one request atomically and returns its answer (or its
+ * JSON text), synchronously or as a Promise. A failure must throw or reject (never answer
+ * a miss): the operation then fails with `store-unavailable` and nothing changes. An answer
+ * that is not a StoreAnswer fails the operation with `store-protocol`.
+ */
+export interface LeaseStore {
+  execute(request: StoreRequest): StoreAnswer | string | Promise<StoreAnswer | string>;
+}
+
+/** The effect-ledger contract of `guardIrreversible` (the reference's `EffectLedger`). */
+export interface EffectLedger {
+  recordOnce(runId: string, effectKey: string): boolean | Promise<boolean>;
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------
+
+/** An error with a stable code. Wrong argument types are `TypeError`s with `code: 'invalid-input'`. */
+export declare class HeartFleetError extends Error {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string);
+}
+
+/** The lease-lost signal's `reason`. */
+export declare class LeaseLostError extends Error {
+  /** Why the lease was lost. */
+  readonly lost: LostCause;
+  /** `store-unavailable` when renewals kept failing, else `fence-rejected`. */
+  readonly code: 'fence-rejected' | 'store-unavailable';
+  readonly runId: string;
+}
+
+export declare const ERROR_CODES: readonly ErrorCode[];
+export declare const RUN_STATUSES: readonly RunStatus[];
+export declare const CHANNELS: readonly ('telegram' | 'farcaster' | 'mail' | 'onchain' | 'internal')[];
+/** The longest lease: one year, in seconds. */
+export declare const MAX_TTL_SECONDS: 31536000;
+export declare const DEFAULT_LIVENESS_TTL_MS: 90000;
+export declare const DIGEST_PREFIX: 'sha256:dreamnet-sorted-json:v0:';
+export declare const RECEIPT_SCHEMA_VERSION: 'zao.heart.receipt.v1';
+
+// ---------------------------------------------------------------------------------------
+// Stores
+// ---------------------------------------------------------------------------------------
+
+/**
+ * The deterministic in-memory store (the core's, in Rust). Its clock starts at the Unix
+ * epoch unless given. A `HeartFleet` over it runs operations synchronously inside Rust.
+ */
+export declare class MemoryLeaseStore implements LeaseStore {
+  constructor(now?: Date | string | number);
+  /** A store seeded by a conformance scenario (JSON text). */
+  static fromScenario(scenario: string): MemoryLeaseStore;
+  now(): Date;
+  setNow(now: Date | string | number): void;
+  advance(ms: number): void;
+  /** Inserts a run (timestamps = the clock); a reused idempotency key throws `Idempotency key collision: <key>`. */
+  insert(run: NewRun): AgentRunRow;
+  getRun(runId: string): AgentRunRow | null;
+  runs(): AgentRunRow[];
+  intents(): IntentRow[];
+  dispatchLog(): DispatchLogEntry[];
+  instances(): InstanceRow[];
+  insertInstance(row: Partial<InstanceRow> & { instance_id: string }): void;
+  insertIntent(row: IntentRow): void;
+  /** The next `times` requests named `request` (`update_run`, `read_run`, …, or `*`) fail. */
+  failNext(request?: string, times?: number): void;
+  failAfter(request: string, after: number, times: number): void;
+  requestCount(): number;
+  execute(request: StoreRequest | string): StoreAnswer;
+}
+
+/** What `PgLeaseStore` needs of a node-postgres `Pool` or `Client`. */
+export interface PgQueryable {
+  query(config: { text: string; values?: unknown[]; name?: string; rowMode?: 'array' }): Promise<{ rows: unknown[][]; fields: { name: string }[] }>;
+}
+
+/**
+ * A store over PostgreSQL (node-postgres): each request is the one statement the core
+ * renders, run in autocommit; the clock is the database's. Pass `{pool}` or `{client}` (yours
+ * to close), or `{connectionString, max?}` (requires the `pg` package; `end()` closes it).
+ */
+export declare class PgLeaseStore implements LeaseStore {
+  constructor(
+    options:
+      | { pool: PgQueryable; prepare?: boolean }
+      | { client: PgQueryable; prepare?: boolean }
+      | { connectionString: string; max?: number; prepare?: boolean },
+  );
+  execute(request: StoreRequest | string): Promise<string>;
+  /** Runs the core's migrations (idempotent). */
+  migrate(): Promise<void>;
+  /** An `onReceipt` sink appending to `heart_receipts` in the background; `flush()` waits for it. */
+  receiptSink(options?: { onError?: (error: unknown, receipt: HeartReceipt) => void }): ((receipt: HeartReceipt) => void) & {
+    flush(): Promise<void>;
+  };
+  end(): Promise<void>;
+}
+
+/** What `SupabaseLeaseStore` needs of a supabase-js client (`createClient(url, serviceRoleKey)`). */
+export interface SupabaseLike {
+  from(table: string): any;
+}
+
+/**
+ * A store over Supabase's REST API (PostgREST) through a supabase-js client. It decides
+ * with the core's evaluator on the rows it reads and writes back with a compare-and-set.
+ * It cannot guarantee what PgLeaseStore does: the worker's clock decides expiry (keep clocks
+ * synchronized), a request is a read plus a conditional write (retried `casRetries` times
+ * when the row changed), cross-table conditions and dispatch-log entries are not atomic
+ * with the write, and scans read every candidate row. Errors are errors, never misses.
+ */
+export declare class SupabaseLeaseStore implements LeaseStore {
+  constructor(options: {
+    client: SupabaseLike;
+    /** The worker's clock (default `Date.now`). */
+    now?: () => Date | number;
+    tables?: { runs?: string; intents?: string; log?: string; instances?: string };
+    casRetries?: number;
+    pageSize?: number;
+  });
+  readonly tables: { runs: string; intents: string; log: string; instances: string };
+  execute(request: StoreRequest | string): Promise<StoreAnswer>;
+}
+
+// ---------------------------------------------------------------------------------------
+// HeartFleet
+// ---------------------------------------------------------------------------------------
+
+export interface HeartFleetOptions {
+  store: LeaseStore;
+  /** Receives every receipt (errors swallowed); `receipts()` is then empty. */
+  onReceipt?: ((receipt: HeartReceipt) => void | Promise<void>) | null;
+  /** Retry ceiling (default 5); `Infinity` or `null` never quarantines. */
+  maxRetries?: number | null;
+}
+
+export declare class HeartFleet {
+  constructor(options: HeartFleetOptions);
+  readonly store: LeaseStore;
+  /** The ceiling (`Infinity` when unlimited). */
+  readonly maxRetries: number;
+  /** The 13 counters (a snapshot). */
+  readonly metrics: HeartMetrics;
+  /** The counters in the Prometheus text exposition format. */
+  prometheus(): string;
+  /** The receipts kept so far (empty when `onReceipt` was given). */
+  receipts(): HeartReceipt[];
+  /** Bad input resolves to `{acquired:false, run:null, reason:"Invalid input", code:"invalid-input"}`. */
+  acquire(runId: string, owner: string, ttlSeconds: number): Promise<AcquireResult>;
+  renew(fence: FencingToken, ttlSeconds: number): Promise<FencingToken | null>;
+  tryRenew(fence: FencingToken, ttlSeconds: number): Promise<Fenced<FencingToken>>;
+  release(fence: FencingToken, nextStatus: NextStatus): Promise<AgentRunRow | null>;
+  tryRelease(fence: FencingToken, nextStatus: NextStatus): Promise<Fenced<AgentRunRow>>;
+  verifyFence(fence: FencingToken): Promise<boolean>;
+  reclaimExpired(options?: { limit?: number }): Promise<ReclaimSummary>;
+  reclaimDeadInstanceRuns(options?: { ttlMs?: number; maxReclaimsPerCycle?: number }): Promise<LivenessSummary>;
+  registerInstance(instanceId: string, options?: { hostname?: string | null; pid?: number | null; metadata?: unknown }): Promise<InstanceRow>;
+  heartbeatInstance(instanceId: string): Promise<boolean>;
+  drainInstance(instanceId: string): Promise<boolean>;
+  listInstances(): Promise<InstanceRow[]>;
+  ensureResourceRun(kind: string, key: string, options?: { objective?: string; createdBy?: string }): Promise<{ run: AgentRunRow; created: boolean }>;
+  listRuns(options?: { status?: RunStatus | null; limit?: number }): Promise<AgentRunRow[]>;
+  getRun(runId: string): Promise<AgentRunRow | null>;
+  requeueRun(runId: string, operator: string): Promise<AgentRunRow>;
+  forceRelease(runId: string): Promise<AgentRunRow>;
+}
+
+// ---------------------------------------------------------------------------------------
+// Leases, effects, the outbox, liveness
+// ---------------------------------------------------------------------------------------
+
+export interface LeaseOptions {
+  runId: string;
+  owner: string;
+  ttlSeconds: number;
+  /** Heartbeat period; default `max(1000, floor(ttlSeconds*1000/2))`. */
+  renewEveryMs?: number | null;
+  /** Resource runs: release to `ready` (retries reset) after a success (fix 8). */
+  releaseToReady?: boolean;
+  /** Monotonic milliseconds for the heartbeat schedule (default `performance.now`). */
+  clock?: () => number;
+  /** `false`: no timer; the work calls `lease.heartbeat()`. */
+  autoHeartbeat?: boolean;
+}
+
+/** What the work sees while it holds the lease. */
+export interface LeaseHandle {
+  /** The newest token. */
+  readonly fence: FencingToken;
+  /** Aborts when the lease is lost; `reason` is a `LeaseLostError`. */
+  readonly signal: AbortSignal;
+  readonly lost: LostCause | null;
+  /** Renews now if a heartbeat period has passed; resolves to the lost cause or null. */
+  heartbeat(): Promise<LostCause | null>;
+}
+
+export declare function executeWithLease<T>(
+  heart: HeartFleet,
+  options: LeaseOptions,
+  work: (getFence: () => FencingToken, signal: AbortSignal, lease: LeaseHandle) => T | Promise<T>,
+): Promise<ExecuteResult<T>>;
+
+/** The reference's in-process effect ledger (lost on restart). */
+export declare class MemoryEffectLedger implements EffectLedger {
+  constructor();
+  recordOnce(runId: string, effectKey: string): boolean;
+}
+
+/**
+ * The durable ledger: `effect_intents` and `outbox_dispatch_log` of a heart's store.
+ */
+export declare class DurableEffectLedger implements EffectLedger {
+  constructor(options: { heart: HeartFleet } | { store: LeaseStore });
+  readonly heart: HeartFleet;
+  readonly store: LeaseStore;
+  recordOnce(runId: string, effectKey: string): Promise<boolean>;
+  /** Dispatched intents whose fence expired by the store's clock (`nowIso` is ignored). */
+  findStaleDispatched(nowIso?: string, limit?: number): Promise<IntentRow[]>;
+  dispatchLog(runId: string, effectKey: string): Promise<DispatchLogEntry[]>;
+}
+
+/** The effect receives the run's fencing epoch to hand to the receiving system. */
+export type Effect<T> = (context: { epoch: number | null; effectKey: string }) => T | Promise<T>;
+
+export declare function guardIrreversible<T>(
+  heart: HeartFleet,
+  fence: FencingToken,
+  ledger: EffectLedger,
+  effectKey: string,
+  effect: Effect<T>,
+): Promise<GuardResult<T>>;
+
+export interface SendOnceOptions<T> {
+  fence: FencingToken;
+  channel: 'telegram' | 'farcaster' | 'mail' | 'onchain' | 'internal';
+  effectKey: string;
+  payload: unknown;
+  send: Effect<T>;
+  /** The commit evidence stored as `external_ref` (default: the send's result). */
+  toExternalRef?: (result: T) => unknown;
+}
+
+export declare function sendOnce<T>(heart: HeartFleet, ledger: DurableEffectLedger, options: SendOnceOptions<T>): Promise<SendResult<T>>;
+
+export type ProbeVerdict = { status: 'sent'; externalRef?: unknown } | { status: 'not-sent' } | { status: 'unknown' };
+
+export declare function reconcileOutbox(
+  ledger: DurableEffectLedger,
+  options?: {
+    probes?: Record<string, (intent: IntentRow) => ProbeVerdict | 'not-sent' | 'unknown' | Promise<ProbeVerdict | 'not-sent' | 'unknown'>>;
+    maxAttempts?: number;
+    limit?: number;
+    heart?: HeartFleet;
+  },
+): Promise<ReconcileSummary>;
+
+export declare function ensureResourceRun(
+  heart: HeartFleet,
+  kind: string,
+  key: string,
+  options?: { objective?: string; createdBy?: string },
+): Promise<{ run: AgentRunRow; created: boolean }>;
+
+export declare class LivenessReclaimer {
+  constructor(options: { heart: HeartFleet; ttlMs?: number } | { store: LeaseStore; ttlMs?: number; maxRetries?: number | null });
+  readonly heart: HeartFleet;
+  ttlMs: number;
+  reclaimDeadInstanceRuns(options?: { maxReclaimsPerCycle?: number }): Promise<LivenessSummary>;
+  registerInstance(instanceId: string, options?: { hostname?: string | null; pid?: number | null; metadata?: unknown }): Promise<InstanceRow>;
+  heartbeat(instanceId: string): Promise<boolean>;
+  drainInstance(instanceId: string): Promise<boolean>;
+}
+
+type Instant = Date | string | number;
+export declare function isLeaseExpired(run: Pick<AgentRunRow, 'lease_expires_at'>, now: Instant): boolean;
+export declare function canAcquire(run: Pick<AgentRunRow, 'status' | 'lease_expires_at'>, now: Instant): boolean;
+export declare function isInstanceExpired(instance: Pick<InstanceRow, 'status' | 'last_heartbeat'>, now: Instant, ttlMs?: number): boolean;
+export declare function deadInstanceIds(instances: Pick<InstanceRow, 'instance_id' | 'status' | 'last_heartbeat'>[], now: Instant, ttlMs?: number): string[];
+export declare function runsLeasedToDeadInstances<R extends Pick<AgentRunRow, 'lease_owner' | 'status'>>(runs: R[], deadIds: string[]): R[];
+export declare function heartbeatIntervalMs(ttlSeconds: number, renewEveryMs?: number | null): number;
+
+// ---------------------------------------------------------------------------------------
+// Canonical JSON, digests, identifiers
+// ---------------------------------------------------------------------------------------
+
+/** DreamNet sorted JSON (`sha256:dreamnet-sorted-json:v0`), byte for byte the reference's. */
+export declare function canonicalize(value: unknown): string;
+/** Lowercase hex SHA-256 of the UTF-8 bytes. */
+export declare function sha256Hex(text: string): string;
+/** `sha256:dreamnet-sorted-json:v0:` + sha256Hex(canonicalize(value)). */
+export declare function digest(value: unknown): string;
+/** `heart:resource:` + sha256Hex(canonicalize({kind, key})): a resource run's idempotency key. */
+export declare function deterministicResourceId(kind: string, key: string): string;
+/** `prefix + ":" + sha256Hex(canonicalize(identity))`. */
+export declare function effectKey(prefix: string, identity: unknown): string;
+/** `true`, or throws `receipt-tampered` / `invalid-input`. */
+export declare function verifyReceipt(receipt: HeartReceipt | Record<string, unknown>): true;

@@ -1,0 +1,407 @@
+'use strict';
+// HeartFleet and the JS driving loop over the core's sans-I/O machines.
+//
+// The loop (the core's crate docs, steps 1-5): `NativeFleet.begin` builds and starts the
+// machine; when the fleet's store is a MemoryLeaseStore, store requests are answered inside
+// Rust and most operations come back finished. Otherwise each step names what the machine
+// needs: a store request goes to `store.execute(request)` (awaited if it returns a
+// Promise), the effect ledger, the effect or a probe go to the caller's host functions,
+// and the answer resumes the machine. Receipts and counters are applied in Rust after every
+// step; a JS `onReceipt` sink receives the receipts of each step before the next await.
+
+const native = require('./native.cjs');
+const { MemoryLeaseStore, NATIVE } = require('./memory-store.cjs');
+const {
+  codedError,
+  typeError,
+  str,
+  int,
+  optInt,
+  opts: optsOf,
+  fence: fenceOf,
+  messageOf,
+  isThenable,
+  describe,
+} = require('./util.cjs');
+
+const MAX_TTL_SECONDS = 31_536_000;
+const U32 = 2 ** 32 - 1;
+const RUN_STATUSES = Object.freeze([
+  'created',
+  'ready',
+  'leased',
+  'running',
+  'waiting_approval',
+  'blocked',
+  'verifying',
+  'recovering',
+  'completed',
+  'failed',
+  'cancelled',
+  'quarantined',
+]);
+const NEXT_STATUSES = Object.freeze(['completed', 'failed', 'cancelled', 'ready']);
+
+const INVALID_ACQUIRE = () => ({ acquired: false, run: null, reason: 'Invalid input', code: 'invalid-input' });
+
+function freezeReceipt(r) {
+  return Object.freeze(r);
+}
+
+function deliver(fleet, receipts) {
+  if (!receipts) return;
+  const sink = fleet._onReceipt;
+  for (const r of receipts) {
+    try {
+      const p = sink(freezeReceipt(r));
+      if (isThenable(p)) p.then(undefined, () => {});
+    } catch {
+      // The reference swallows sink errors.
+    }
+  }
+}
+
+function toError(err) {
+  return codedError(err.code, err.message);
+}
+
+/** A store request's JSON text → the store's answer as JSON text (for `resumeStore`). */
+function answerText(ans) {
+  if (typeof ans === 'string') return ans;
+  if (ans === null || typeof ans !== 'object') throw codedError('store-protocol', `the store answered ${describe(ans)}, not a StoreAnswer`);
+  return JSON.stringify(ans);
+}
+
+/**
+ * Drives one operation to its end. `host` answers the non-store needs:
+ * `recordOnce(runId, effectKey)`, `effect(effectKey, epoch)`, `probe(intent)`.
+ * Returns the final step `{done, ok}` / `{done, error}`; a host function that threw is
+ * re-thrown as is after the machine finished (the effect's own exception propagates, as in
+ * the reference).
+ */
+async function driveStep(fleet, kind, argsText, host) {
+  const nf = fleet[NATIVE];
+  const first = nf.begin(kind, argsText);
+  if (typeof first === 'string') {
+    const step = JSON.parse(first);
+    if (step.receipts) deliver(fleet, step.receipts);
+    return step;
+  }
+  const op = first;
+  let step = JSON.parse(op.need());
+  let hostThrew = null;
+  for (;;) {
+    if (step.receipts) deliver(fleet, step.receipts);
+    if (step.done) {
+      if (hostThrew) throw hostThrew.error;
+      return step;
+    }
+    let text;
+    switch (step.need) {
+      case 'store': {
+        const store = fleet.store;
+        try {
+          // Stores that take JSON text (executeJson) skip the parse and the stringify.
+          let ans = fleet._textStore ? store.executeJson(op.request()) : store.execute(JSON.parse(op.request()));
+          if (isThenable(ans)) ans = await ans;
+          let answer;
+          try {
+            answer = answerText(ans);
+          } catch (e) {
+            // A store that answers nonsense ends the operation with store-protocol.
+            text = op.resumeStore('{"invalid":' + JSON.stringify(messageOf(e)) + '}');
+            break;
+          }
+          text = op.resumeStore(answer);
+        } catch (e) {
+          text = op.resumeStoreError(messageOf(e));
+        }
+        break;
+      }
+      case 'recordOnce': {
+        try {
+          let first = host.recordOnce(step.runId, step.effectKey);
+          if (isThenable(first)) first = await first;
+          text = op.resumeRecorded(Boolean(first));
+        } catch (e) {
+          text = op.resumeRecordedError(messageOf(e));
+        }
+        break;
+      }
+      case 'effect': {
+        try {
+          let v = host.effect(step.effectKey, step.epoch);
+          if (isThenable(v)) v = await v;
+          text = op.resumeEffect(v === undefined ? 'null' : v);
+        } catch (e) {
+          hostThrew = { error: e };
+          text = op.resumeEffectError(messageOf(e));
+        }
+        break;
+      }
+      case 'probe': {
+        try {
+          let v = host.probe(step.intent);
+          if (isThenable(v)) v = await v;
+          text = op.resumeProbe(JSON.stringify(v ?? { status: 'unknown' }));
+        } catch (e) {
+          text = op.resumeProbeError(messageOf(e));
+        }
+        break;
+      }
+      default:
+        text = op.resumeStoreError(`unknown need ${step.need}`);
+    }
+    step = JSON.parse(text);
+  }
+}
+
+/** Drives an operation and returns its value, throwing its coded error. */
+async function drive(fleet, kind, args, host) {
+  const step = await driveStep(fleet, kind, JSON.stringify(args), host);
+  if (step.error) throw toError(step.error);
+  return step.ok;
+}
+
+function checkStore(store) {
+  if (store instanceof MemoryLeaseStore) return;
+  if (store === null || typeof store !== 'object' || typeof store.execute !== 'function') {
+    throw typeError(
+      'HeartFleet: store must be a MemoryLeaseStore or an object with execute(request) -> StoreAnswer | Promise<StoreAnswer>',
+    );
+  }
+}
+
+function maxRetriesOf(v) {
+  if (v === undefined) return 5;
+  if (v === null || v === Infinity) return null;
+  return int('maxRetries', v, 0, U32);
+}
+
+function freezeFence(f) {
+  return f ? Object.freeze(f) : f;
+}
+
+/**
+ * The lease layer over one store (the reference's `HeartFleet`).
+ *
+ * `new HeartFleet({store, onReceipt?, maxRetries?})`: `maxRetries` defaults to 5;
+ * `Infinity` or `null` never quarantines. Without `onReceipt`, receipts are kept and
+ * `receipts()` returns them; with it, each receipt goes to the sink (errors swallowed) and
+ * `receipts()` is empty, as in the reference.
+ */
+class HeartFleet {
+  constructor(options) {
+    if (options === null || typeof options !== 'object') {
+      throw typeError(`HeartFleet: options {store, onReceipt?, maxRetries?} required, got ${describe(options)}`);
+    }
+    const { store, onReceipt, maxRetries } = options;
+    checkStore(store);
+    if (onReceipt !== undefined && onReceipt !== null && typeof onReceipt !== 'function') {
+      throw typeError('HeartFleet: onReceipt must be a function');
+    }
+    const max = maxRetriesOf(maxRetries);
+    Object.defineProperty(this, 'store', { value: store, enumerable: true });
+    Object.defineProperty(this, 'maxRetries', { value: max === null ? Infinity : max, enumerable: true });
+    this._onReceipt = typeof onReceipt === 'function' ? onReceipt : null;
+    this._textStore = typeof store.executeJson === 'function';
+    this[NATIVE] = new native.NativeFleet(max, this._onReceipt !== null);
+    if (store instanceof MemoryLeaseStore) this[NATIVE].attachMemoryStore(store[NATIVE]);
+  }
+
+  /** The 13 counters (a snapshot). */
+  get metrics() {
+    return this[NATIVE].metrics();
+  }
+
+  /** The counters in the Prometheus text exposition format. */
+  prometheus() {
+    return this[NATIVE].prometheus();
+  }
+
+  /** The receipts kept so far (empty when `onReceipt` was given). */
+  receipts() {
+    if (this[NATIVE].receiptCount() === 0) return [];
+    return JSON.parse(this[NATIVE].receiptsJson()).map(freezeReceipt);
+  }
+
+  /**
+   * `acquire(runId, owner, ttlSeconds)` → `{acquired, run, fence?, reason?, code?}`.
+   * Bad input gives `{acquired:false, run:null, reason:"Invalid input", code:"invalid-input"}`.
+   * A store failure throws (`store-unavailable`).
+   */
+  async acquire(runId, owner, ttlSeconds) {
+    if (
+      typeof runId !== 'string' ||
+      runId === '' ||
+      typeof owner !== 'string' ||
+      owner === '' ||
+      typeof ttlSeconds !== 'number' ||
+      !Number.isInteger(ttlSeconds) ||
+      ttlSeconds < 1 ||
+      ttlSeconds > MAX_TTL_SECONDS
+    ) {
+      return INVALID_ACQUIRE();
+    }
+    const r = await drive(this, 'acquire', { runId, owner, ttlSeconds });
+    if (r.fence) Object.freeze(r.fence);
+    return r;
+  }
+
+  /**
+   * The renew with its outcome: `{outcome:"ok", value: token}` or
+   * `{outcome:"rejected", cause, code:"fence-rejected"}` (cause: superseded, expired,
+   * released, not-found).
+   */
+  async tryRenew(fence, ttlSeconds) {
+    const f = fenceOf('fence', fence);
+    int('ttlSeconds', ttlSeconds, 1, MAX_TTL_SECONDS);
+    const r = await drive(this, 'renew', { fence: f, ttlSeconds });
+    if (r.outcome === 'ok') return { outcome: 'ok', value: freezeFence(r.value) };
+    return { outcome: 'rejected', cause: r.cause, code: 'fence-rejected' };
+  }
+
+  /** `renew(fence, ttlSeconds)` → the new token, or null when the token no longer holds the lease. */
+  async renew(fence, ttlSeconds) {
+    const r = await this.tryRenew(fence, ttlSeconds);
+    return r.outcome === 'ok' ? r.value : null;
+  }
+
+  /**
+   * The release with its outcome: `{outcome:"ok", value: row}` or
+   * `{outcome:"rejected", cause, code:"fence-rejected"}`.
+   */
+  async tryRelease(fence, nextStatus) {
+    const f = fenceOf('fence', fence);
+    if (typeof nextStatus !== 'string' || !NEXT_STATUSES.includes(nextStatus)) {
+      throw typeError(`nextStatus must be one of ${NEXT_STATUSES.join(', ')}, got ${describe(nextStatus)}`);
+    }
+    const r = await drive(this, 'release', { fence: f, nextStatus });
+    if (r.outcome === 'ok') return { outcome: 'ok', value: r.value };
+    return { outcome: 'rejected', cause: r.cause, code: 'fence-rejected' };
+  }
+
+  /**
+   * `release(fence, nextStatus)` → the released row, or null when the token no longer
+   * holds the lease. `nextStatus`: completed, failed, cancelled, or ready (resource runs
+   * only: back to `ready` with `retries = 0`).
+   */
+  async release(fence, nextStatus) {
+    const r = await this.tryRelease(fence, nextStatus);
+    return r.outcome === 'ok' ? r.value : null;
+  }
+
+  /** `verifyFence(fence)` → whether the token holds a live lease (one conditional write). */
+  async verifyFence(fence) {
+    return drive(this, 'verify', { fence: fenceOf('fence', fence) });
+  }
+
+  /** `reclaimExpired({limit = 100})` → `{reclaimedCount, reclaimedIds, quarantinedIds, errors}`. */
+  async reclaimExpired(options) {
+    const o = optsOf('reclaimExpired options', options);
+    return drive(this, 'reclaim', { limit: optInt('limit', o.limit, 0, U32, 100) });
+  }
+
+  /**
+   * The liveness pass: instances silent for more than `ttlMs` (default 90 000, strictly
+   * greater) are declared dead and the held runs of dead instances are recovered (at most
+   * `maxReclaimsPerCycle`, default 200), with the retry ceiling, receipts and counters.
+   */
+  async reclaimDeadInstanceRuns(options) {
+    const o = optsOf('reclaimDeadInstanceRuns options', options);
+    return drive(this, 'liveness', {
+      ttlMs: optInt('ttlMs', o.ttlMs, 0, Number.MAX_SAFE_INTEGER, 90_000),
+      limit: optInt('maxReclaimsPerCycle', o.maxReclaimsPerCycle ?? o.limit, 0, U32, 200),
+    });
+  }
+
+  /** Registers (or re-registers) an instance as `alive`; returns its row. */
+  async registerInstance(instanceId, options) {
+    const o = optsOf('registerInstance options', options);
+    const hostname = o.hostname === undefined || o.hostname === null ? null : str('hostname', o.hostname);
+    const pid = optInt('pid', o.pid, 0, Number.MAX_SAFE_INTEGER, null);
+    const metadata = o.metadata === undefined ? null : o.metadata;
+    return drive(this, 'registerInstance', { instanceId: str('instanceId', instanceId), hostname, pid, metadata });
+  }
+
+  /** Heartbeats an instance; false when it is unknown or dead (it must re-register). */
+  async heartbeatInstance(instanceId) {
+    return drive(this, 'heartbeatInstance', { instanceId: str('instanceId', instanceId) });
+  }
+
+  /** Marks an instance `draining` (live until it goes silent). */
+  async drainInstance(instanceId) {
+    return drive(this, 'drainInstance', { instanceId: str('instanceId', instanceId) });
+  }
+
+  /** Every instance. */
+  async listInstances() {
+    return drive(this, 'listInstances', {});
+  }
+
+  /**
+   * Find-or-create the run of a resource by `deterministicResourceId(kind, key)` as its
+   * idempotency key (race-safe; the store supplies the row id) → `{run, created}`.
+   */
+  async ensureResourceRun(kind, key, options) {
+    const o = optsOf('ensureResourceRun options', options);
+    return drive(this, 'ensureResourceRun', {
+      kind: str('kind', kind),
+      key: str('key', key),
+      objective: o.objective === undefined ? `resource ${kind}:${key}` : str('objective', o.objective),
+      createdBy: o.createdBy === undefined ? `heart-fleet:${kind}` : str('createdBy', o.createdBy),
+    });
+  }
+
+  /** Operator: runs, optionally of one status, most recently updated first. */
+  async listRuns(options) {
+    const o = optsOf('listRuns options', options);
+    if (o.status !== undefined && o.status !== null && !RUN_STATUSES.includes(o.status)) {
+      throw typeError(`status must be one of ${RUN_STATUSES.join(', ')}, got ${describe(o.status)}`);
+    }
+    return drive(this, 'listRuns', { status: o.status ?? null, limit: optInt('limit', o.limit, 0, U32, 100) });
+  }
+
+  /** Operator: one run, or null. */
+  async getRun(runId) {
+    return drive(this, 'showRun', { runId: str('runId', runId) });
+  }
+
+  /** Operator: a quarantined run back to `ready` with `retries = 0` (receipt `requeued`). */
+  async requeueRun(runId, operator) {
+    return drive(this, 'requeue', { runId: str('runId', runId), operator: str('operator', operator) });
+  }
+
+  /** Operator: remove a lease by force, back to `ready` (receipt `force_released`). */
+  async forceRelease(runId) {
+    return drive(this, 'forceRelease', { runId: str('runId', runId) });
+  }
+}
+
+/** `ensureResourceRun(heart, kind, key, {objective, createdBy})`: see HeartFleet#ensureResourceRun. */
+function ensureResourceRun(heart, kind, key, options) {
+  if (!(heart instanceof HeartFleet)) return Promise.reject(typeError('ensureResourceRun: heart must be a HeartFleet'));
+  return heart.ensureResourceRun(kind, key, options);
+}
+
+/**
+ * Runs one raw store request (JSON text from the core) on a store: the memory store in
+ * Rust, or a JS store object's `execute`.
+ */
+async function runRequest(store, requestText) {
+  if (store instanceof MemoryLeaseStore) return store.execute(requestText);
+  let ans = store.execute(JSON.parse(requestText));
+  if (isThenable(ans)) ans = await ans;
+  return typeof ans === 'string' ? JSON.parse(ans) : ans;
+}
+
+module.exports = {
+  HeartFleet,
+  ensureResourceRun,
+  drive,
+  driveStep,
+  runRequest,
+  checkStore,
+  MAX_TTL_SECONDS,
+  RUN_STATUSES,
+};

@@ -1,0 +1,173 @@
+'use strict';
+// Errors with stable codes, and argument checks shared by the whole package.
+
+/** Every stable error code of the core's registry (core/src/error.rs). */
+const ERROR_CODES = Object.freeze([
+  'invalid-input',
+  'run-not-found',
+  'lease-held',
+  'collision',
+  'fence-rejected',
+  'quarantined',
+  'deduped',
+  'store-unavailable',
+  'store-protocol',
+  'receipt-tampered',
+  'effect-failed',
+  'invalid-state',
+]);
+
+/** An `Error` with a stable `.code` from the core's registry. */
+class HeartFleetError extends Error {
+  constructor(code, message, options) {
+    super(message, options);
+    this.name = 'HeartFleetError';
+    this.code = code;
+  }
+}
+
+function codedError(code, message) {
+  return new HeartFleetError(code, message);
+}
+
+/** A `TypeError` for an argument of the wrong type; `.code` is `invalid-input`. */
+function typeError(message) {
+  const e = new TypeError(message);
+  e.code = 'invalid-input';
+  return e;
+}
+
+/** Re-throws a native error as a coded `HeartFleetError` (the native code is kept). */
+function rethrowNative(e) {
+  if (e && typeof e === 'object' && typeof e.code === 'string' && ERROR_CODES.includes(e.code)) {
+    throw codedError(e.code, e.message);
+  }
+  throw e;
+}
+
+function describe(v) {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'an array';
+  const t = typeof v;
+  if (t === 'number') return Number.isNaN(v) ? 'NaN' : String(v);
+  if (t === 'bigint') return `a bigint (${v}n)`;
+  if (t === 'string') return v === '' ? 'an empty string' : 'a string';
+  return t === 'object' ? 'an object' : t;
+}
+
+/** A non-empty string. */
+function str(name, v) {
+  if (typeof v !== 'string' || v === '') throw typeError(`${name} must be a non-empty string, got ${describe(v)}`);
+  return v;
+}
+
+/** A string (may be empty) or undefined/null. */
+function optStr(name, v) {
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'string') throw typeError(`${name} must be a string, got ${describe(v)}`);
+  return v;
+}
+
+/** An integer number in [min, max]. */
+function int(name, v, min, max) {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+    throw typeError(`${name} must be an integer in ${min}..=${max}, got ${describe(v)}`);
+  }
+  return v;
+}
+
+/** An optional integer (undefined/null → the default). */
+function optInt(name, v, min, max, dflt) {
+  if (v === undefined || v === null) return dflt;
+  return int(name, v, min, max);
+}
+
+/** A plain options object (undefined/null → {}). */
+function opts(name, v) {
+  if (v === undefined || v === null) return {};
+  if (typeof v !== 'object' || Array.isArray(v)) throw typeError(`${name} must be an object, got ${describe(v)}`);
+  return v;
+}
+
+function fn(name, v) {
+  if (typeof v !== 'function') throw typeError(`${name} must be a function, got ${describe(v)}`);
+  return v;
+}
+
+const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+
+/** An instant as `toISOString()` text: a Date, ISO text, or milliseconds since the epoch. */
+function isoOf(name, v) {
+  if (v instanceof Date) {
+    const t = v.getTime();
+    if (!Number.isFinite(t)) throw typeError(`${name} is an invalid Date`);
+    return v.toISOString();
+  }
+  if (typeof v === 'number') {
+    if (!Number.isInteger(v) || Math.abs(v) > 8.64e15) throw typeError(`${name} must be integer milliseconds, got ${describe(v)}`);
+    return new Date(v).toISOString();
+  }
+  if (typeof v === 'string') {
+    const t = Date.parse(v);
+    if (v === '' || !Number.isFinite(t)) throw typeError(`${name} must be an ISO-8601 instant, got ${JSON.stringify(v)}`);
+    return ISO.test(v) ? v : new Date(t).toISOString();
+  }
+  throw typeError(`${name} must be a Date, an ISO string or milliseconds, got ${describe(v)}`);
+}
+
+/** Milliseconds since the epoch of a Date, ISO text or number. */
+function msOf(name, v) {
+  return Date.parse(isoOf(name, v));
+}
+
+/**
+ * A fencing token `{runId, owner, leaseExpiresAt, epoch?}` as JSON-ready plain data.
+ * Tokens minted by the TypeScript package (no epoch) are accepted.
+ */
+function fence(name, v) {
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) {
+    throw typeError(`${name} must be a fencing token {runId, owner, leaseExpiresAt}, got ${describe(v)}`);
+  }
+  const out = {
+    runId: str(`${name}.runId`, v.runId),
+    owner: str(`${name}.owner`, v.owner),
+    leaseExpiresAt: isoOf(`${name}.leaseExpiresAt`, v.leaseExpiresAt),
+  };
+  if (v.epoch !== undefined && v.epoch !== null) out.epoch = int(`${name}.epoch`, v.epoch, 0, Number.MAX_SAFE_INTEGER);
+  return out;
+}
+
+/** The message of anything thrown. */
+function messageOf(e) {
+  if (e instanceof Error) return e.message || String(e.name || 'Error');
+  try {
+    return String(e);
+  } catch {
+    return 'unknown error';
+  }
+}
+
+/** A Promise-aware call: returns the value or a Promise of it. */
+function isThenable(v) {
+  return v !== null && (typeof v === 'object' || typeof v === 'function') && typeof v.then === 'function';
+}
+
+module.exports = {
+  ERROR_CODES,
+  HeartFleetError,
+  codedError,
+  typeError,
+  rethrowNative,
+  describe,
+  str,
+  optStr,
+  int,
+  optInt,
+  opts,
+  fn,
+  isoOf,
+  msOf,
+  fence,
+  messageOf,
+  isThenable,
+};
