@@ -1,38 +1,12 @@
 //! The sans-I/O operation class: [`NativeFleet`] builds and starts a core machine,
-//! [`NativeOp`] is resumed by the JavaScript driving loop.
-//!
-//! The step protocol (JSON text, one object per step):
-//!
-//! * `{"need":"store"}`: `NativeOp.request()` is the StoreRequest (JSON text); execute it on
-//!   the JS store and call `resumeStore(<StoreAnswer JSON>)`, or `resumeStoreError(message)`
-//!   if it failed. (The request is kept apart so that stores that take JSON text, like
-//!   `PgLeaseStore`, never make JavaScript parse it.)
-//! * `{"need":"recordOnce","runId":…,"effectKey":…}`: ask the effect ledger;
-//!   `resumeRecorded(first)` / `resumeRecordedError(message)`.
-//! * `{"need":"effect","effectKey":…,"epoch":…}`: run the effect;
-//!   `resumeEffect(<JSON value>)` / `resumeEffectError(message)`.
-//! * `{"need":"probe","intent":<IntentRow>}`: run the channel probe;
-//!   `resumeProbe({"status":"sent","externalRef":…} | {"status":"not-sent"} | {"status":"unknown"})`
-//!   / `resumeProbeError(message)`.
-//! * `{"done":true,"ok":<value>}` or `{"done":true,"error":{"code":…,"message":…}}`.
-//!
-//! When the fleet keeps receipts for a JS sink, a step also carries `"receipts":[…]`: the
-//! receipts emitted since the previous step, in order.
+//! [`NativeOp`] is resumed by the JavaScript driving loop. Both are thin napi wrappers over
+//! [`heart_fleet_core::bridge`], whose docs hold the step protocol (JSON text, one object
+//! per step).
 
-use std::cell::RefCell;
-use std::fmt::Write as _;
-use std::rc::Rc;
-
-use heart_fleet_core::machine::{Answer, Event, Machine, Need, ProbeVerdict, Step};
+use heart_fleet_core::bridge::{Begun, BridgeFleet, BridgeOp};
 use heart_fleet_core::metrics::HeartMetrics;
-use heart_fleet_core::model::{FencingToken, RunStatus};
-use heart_fleet_core::ops::{self, FleetConfig, ReleaseTo};
-use heart_fleet_core::receipt::HeartReceipt;
-use heart_fleet_core::{ErrorCode, HeartError, LeaseStore, MemoryStore, StoreAnswer, StoreError};
 use napi::bindgen_prelude::Either;
 use napi_derive::napi;
-use serde::Deserialize;
-use serde_json::{Value, json};
 
 use crate::store::NativeMemoryStore;
 
@@ -92,283 +66,11 @@ impl From<&HeartMetrics> for Metrics {
     }
 }
 
-/// A fleet's counters and receipts, shared by the operations it started.
-#[derive(Debug, Default)]
-struct Shared {
-    config: FleetConfig,
-    metrics: HeartMetrics,
-    /// Receipts kept for `receipts()` (no sink).
-    receipts: Vec<HeartReceipt>,
-    /// Whether a JS sink takes the receipts instead.
-    sink: bool,
-    /// Receipts waiting to be handed to the JS sink with the next step.
-    pending: Vec<HeartReceipt>,
-}
-
-impl Shared {
-    fn absorb(&mut self, events: Vec<Event>) {
-        for e in events {
-            match e {
-                Event::Metric(c) => self.metrics.bump(c),
-                Event::Receipt(r) if self.sink => self.pending.push(r),
-                Event::Receipt(r) => self.receipts.push(r),
-            }
-        }
-    }
-}
-
-/// A machine whose result is already turned into the JSON the JS API returns.
-///
-/// The result is JSON text written straight from the core's types, so fields keep the
-/// reference's order (rows, tokens, summaries, receipts).
-trait DynOp {
-    fn start(&mut self) -> Step<String>;
-    fn resume(&mut self, answer: Answer) -> Step<String>;
-    fn drain(&mut self) -> Vec<Event>;
-}
-
-struct Typed<T> {
-    machine: Machine<T>,
-    out: fn(T) -> String,
-}
-
-fn map_step<T>(step: Step<T>, out: fn(T) -> String) -> Step<String> {
-    match step {
-        Step::Need(n) => Step::Need(n),
-        Step::Done(r) => Step::Done(r.map(out)),
-    }
-}
-
-impl<T: 'static> DynOp for Typed<T> {
-    fn start(&mut self) -> Step<String> {
-        map_step(self.machine.start(), self.out)
-    }
-    fn resume(&mut self, answer: Answer) -> Step<String> {
-        map_step(self.machine.resume(answer), self.out)
-    }
-    fn drain(&mut self) -> Vec<Event> {
-        self.machine.drain_events()
-    }
-}
-
-fn to_json<T: serde::Serialize>(v: T) -> String {
-    serde_json::to_string(&v).unwrap_or_else(|_| "null".to_owned())
-}
-
-fn boxed<T: serde::Serialize + 'static>(machine: Machine<T>) -> Box<dyn DynOp> {
-    Box::new(Typed { machine, out: to_json::<T> })
-}
-
-fn parse<'a, T: Deserialize<'a>>(kind: &str, args: &'a str) -> Result<T, HeartError> {
-    serde_json::from_str(args).map_err(|e| HeartError::invalid(format!("{kind}: bad arguments: {e}")))
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AcquireArgs {
-    run_id: String,
-    owner: String,
-    ttl_seconds: i64,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FenceArgs {
-    fence: FencingToken,
-    #[serde(default)]
-    ttl_seconds: i64,
-    #[serde(default)]
-    next_status: String,
-    #[serde(default)]
-    effect_key: String,
-    #[serde(default)]
-    channel: String,
-    #[serde(default)]
-    payload: Value,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LimitArgs {
-    limit: u32,
-    #[serde(default)]
-    ttl_ms: i64,
-    #[serde(default)]
-    max_attempts: i64,
-    #[serde(default)]
-    status: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct IdArgs {
-    #[serde(default)]
-    run_id: String,
-    #[serde(default)]
-    instance_id: String,
-    #[serde(default)]
-    effect_key: String,
-    #[serde(default)]
-    operator: String,
-    #[serde(default)]
-    hostname: Option<String>,
-    #[serde(default)]
-    pid: Option<i64>,
-    #[serde(default)]
-    metadata: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ResourceArgs {
-    kind: String,
-    key: String,
-    objective: String,
-    created_by: String,
-}
-
-fn ensured((run, created): (heart_fleet_core::RunRow, bool)) -> String {
-    format!("{{\"run\":{},\"created\":{created}}}", to_json(run))
-}
-
-/// Builds the machine of operation `kind` from its JSON arguments.
-fn build(kind: &str, args: &str, cfg: FleetConfig) -> Result<Box<dyn DynOp>, HeartError> {
-    Ok(match kind {
-        "acquire" => {
-            let a: AcquireArgs = parse(kind, args)?;
-            boxed(ops::acquire(cfg, &a.run_id, &a.owner, a.ttl_seconds))
-        }
-        "renew" => {
-            let a: FenceArgs = parse(kind, args)?;
-            boxed(ops::renew(&a.fence, a.ttl_seconds))
-        }
-        "release" => {
-            let a: FenceArgs = parse(kind, args)?;
-            boxed(ops::release(&a.fence, ReleaseTo::parse(&a.next_status)?))
-        }
-        "verify" => boxed(ops::verify_fence(&parse::<FenceArgs>(kind, args)?.fence)),
-        "guard" => {
-            let a: FenceArgs = parse(kind, args)?;
-            boxed(ops::guard_irreversible(&a.fence, &a.effect_key))
-        }
-        "sendOnce" => {
-            let a: FenceArgs = parse(kind, args)?;
-            boxed(ops::send_once(&a.fence, &a.channel, &a.effect_key, &a.payload))
-        }
-        "reclaim" => boxed(ops::reclaim_expired(cfg, parse::<LimitArgs>(kind, args)?.limit)),
-        "reconcile" => {
-            let a: LimitArgs = parse(kind, args)?;
-            boxed(ops::reconcile_outbox(a.max_attempts, a.limit))
-        }
-        "liveness" => {
-            let a: LimitArgs = parse(kind, args)?;
-            boxed(ops::reclaim_dead_instance_runs(cfg, a.ttl_ms, a.limit))
-        }
-        "listRuns" => {
-            let a: LimitArgs = parse(kind, args)?;
-            let status = a.status.as_deref().map(RunStatus::parse).transpose()?;
-            boxed(ops::list_runs(status, a.limit))
-        }
-        "recordOnce" => {
-            let a: IdArgs = parse(kind, args)?;
-            boxed(ops::durable_record_once(&a.run_id, &a.effect_key))
-        }
-        "registerInstance" => {
-            let a: IdArgs = parse(kind, args)?;
-            boxed(ops::register_instance(&a.instance_id, a.hostname.as_deref(), a.pid, a.metadata))
-        }
-        "heartbeatInstance" => boxed(ops::heartbeat_instance(&parse::<IdArgs>(kind, args)?.instance_id)),
-        "drainInstance" => boxed(ops::drain_instance(&parse::<IdArgs>(kind, args)?.instance_id)),
-        "listInstances" => boxed(ops::list_instances()),
-        "showRun" => boxed(ops::show_run(&parse::<IdArgs>(kind, args)?.run_id)),
-        "requeue" => {
-            let a: IdArgs = parse(kind, args)?;
-            boxed(ops::requeue_run(&a.run_id, &a.operator))
-        }
-        "forceRelease" => boxed(ops::force_release(&parse::<IdArgs>(kind, args)?.run_id)),
-        "ensureResourceRun" => {
-            let a: ResourceArgs = parse(kind, args)?;
-            Box::new(Typed {
-                machine: ops::ensure_resource_run(&a.kind, &a.key, &a.objective, &a.created_by),
-                out: ensured,
-            })
-        }
-        other => return Err(HeartError::invalid(format!("unknown operation {other:?}"))),
-    })
-}
-
-/// Writes a step as JSON text, with the receipts waiting for a sink.
-fn step_json(step: &Step<String>, pending: Vec<HeartReceipt>) -> String {
-    let mut out = match step {
-        Step::Done(Ok(v)) => format!("{{\"done\":true,\"ok\":{v}"),
-        Step::Done(Err(e)) => {
-            format!("{{\"done\":true,\"error\":{}", json!({ "code": e.code.as_str(), "message": e.message }))
-        }
-        Step::Need(Need::Store(_)) => "{\"need\":\"store\"".to_owned(),
-        Step::Need(Need::RecordOnce { run_id, effect_key }) => {
-            format!("{{\"need\":\"recordOnce\",\"runId\":{},\"effectKey\":{}", json!(run_id), json!(effect_key))
-        }
-        Step::Need(Need::Effect { effect_key, epoch }) => {
-            format!("{{\"need\":\"effect\",\"effectKey\":{},\"epoch\":{}", json!(effect_key), json!(epoch))
-        }
-        Step::Need(Need::Probe { intent }) => format!("{{\"need\":\"probe\",\"intent\":{}", to_json(intent)),
-    };
-    if !pending.is_empty() {
-        let _ = write!(out, ",\"receipts\":{}", serde_json::to_string(&pending).unwrap_or_else(|_| "[]".into()));
-    }
-    out.push('}');
-    out
-}
-
-/// The running state of one operation: its machine and where its store requests go.
-struct Running {
-    op: Box<dyn DynOp>,
-    shared: Rc<RefCell<Shared>>,
-    memory: Option<Rc<RefCell<MemoryStore>>>,
-}
-
-impl Running {
-    /// Applies events and, with a memory store attached, answers store requests in place
-    /// until the machine needs JavaScript or is done.
-    fn drive(&mut self, mut step: Step<String>) -> (Step<String>, Vec<HeartReceipt>) {
-        loop {
-            let events = self.op.drain();
-            if let Ok(mut shared) = self.shared.try_borrow_mut() {
-                shared.absorb(events);
-            }
-            let req = match (&step, &self.memory) {
-                (Step::Need(Need::Store(req)), Some(_)) => req.clone(),
-                _ => break,
-            };
-            let answer = match self.memory.as_ref().map(|m| m.try_borrow_mut()) {
-                Some(Ok(mut store)) => store.execute(req),
-                _ => Err(StoreError("the memory store is busy".into())),
-            };
-            step = self.op.resume(Answer::Store(answer));
-        }
-        let pending = self.shared.try_borrow_mut().map(|mut s| std::mem::take(&mut s.pending)).unwrap_or_default();
-        (step, pending)
-    }
-
-    /// Drives `step` as far as Rust can; returns the step for JavaScript (JSON text),
-    /// whether the operation is done, and the store request (JSON text) when it needs one.
-    fn run(&mut self, step: Step<String>) -> (String, bool, String) {
-        let (step, pending) = self.drive(step);
-        let done = matches!(step, Step::Done(_));
-        let request = match &step {
-            Step::Need(Need::Store(req)) => serde_json::to_string(req).unwrap_or_default(),
-            _ => String::new(),
-        };
-        (step_json(&step, pending), done, request)
-    }
-}
-
 /// The counters, receipts and configuration of one `HeartFleet`, and the factory of its
 /// operations.
 #[napi]
 pub struct NativeFleet {
-    shared: Rc<RefCell<Shared>>,
-    memory: Option<Rc<RefCell<MemoryStore>>>,
+    inner: BridgeFleet,
 }
 
 #[napi]
@@ -377,78 +79,55 @@ impl NativeFleet {
     /// receipts are handed to JavaScript with each step instead of being kept.
     #[napi(constructor)]
     pub fn new(max_retries: Option<u32>, sink: bool) -> NativeFleet {
-        let shared = Shared { config: FleetConfig { max_retries }, sink, ..Shared::default() };
-        NativeFleet { shared: Rc::new(RefCell::new(shared)), memory: None }
+        NativeFleet { inner: BridgeFleet::new(max_retries, sink) }
     }
 
     /// Answers store requests of this fleet's operations from a Rust memory store,
     /// synchronously (the fast path for `MemoryLeaseStore`).
     #[napi]
     pub fn attach_memory_store(&mut self, store: &NativeMemoryStore) {
-        self.memory = Some(store.shared());
+        self.inner.attach_memory_store(store.bridge());
     }
 
     /// Builds operation `kind` from `args` (JSON) and starts it. Returns the final step
     /// (JSON text) when it finished without JavaScript, else the operation to resume.
     #[napi]
     pub fn begin(&self, kind: String, args: String) -> Either<String, NativeOp> {
-        let config = self.shared.try_borrow().map(|s| s.config).unwrap_or_default();
-        let op = match build(&kind, &args, config) {
-            Ok(op) => op,
-            Err(e) => return Either::A(step_json(&Step::Done(Err(e)), Vec::new())),
-        };
-        let mut running = Running { op, shared: self.shared.clone(), memory: self.memory.clone() };
-        let first = running.op.start();
-        let (text, done, request) = running.run(first);
-        if done { Either::A(text) } else { Either::B(NativeOp { running: Some(running), need: text, request }) }
+        match self.inner.begin(&kind, &args) {
+            Begun::Done(text) => Either::A(text),
+            Begun::Pending(op) => Either::B(NativeOp { inner: op }),
+        }
     }
 
     /// The 13 counters.
     #[napi]
     pub fn metrics(&self) -> Metrics {
-        self.shared.try_borrow().map(|s| Metrics::from(&s.metrics)).unwrap_or_default()
+        Metrics::from(&self.inner.metrics())
     }
 
     /// The counters in the Prometheus text exposition format.
     #[napi]
     pub fn prometheus(&self) -> String {
-        self.shared.try_borrow().map(|s| s.metrics.to_prometheus()).unwrap_or_default()
+        self.inner.prometheus()
     }
 
     /// The receipts kept so far (JSON array; empty when a sink takes them).
     #[napi]
     pub fn receipts_json(&self) -> String {
-        self.shared.try_borrow().map(|s| serde_json::to_string(&s.receipts).unwrap_or_default()).unwrap_or_default()
+        self.inner.receipts_json()
     }
 
     /// How many receipts are kept.
     #[napi]
     pub fn receipt_count(&self) -> u32 {
-        self.shared.try_borrow().map(|s| u32::try_from(s.receipts.len()).unwrap_or(u32::MAX)).unwrap_or(0)
+        u32::try_from(self.inner.receipt_count()).unwrap_or(u32::MAX)
     }
 }
 
 /// One operation waiting for JavaScript. Resume it with the answer to its current need.
 #[napi]
 pub struct NativeOp {
-    running: Option<Running>,
-    need: String,
-    request: String,
-}
-
-#[derive(Deserialize)]
-#[serde(tag = "status", rename_all = "kebab-case")]
-enum Verdict {
-    Sent {
-        #[serde(default, rename = "externalRef")]
-        external_ref: Value,
-    },
-    NotSent,
-    Unknown,
-}
-
-fn finished() -> String {
-    step_json(&Step::Done(Err(HeartError::new(ErrorCode::StoreProtocol, "the operation already finished"))), Vec::new())
+    inner: BridgeOp,
 }
 
 #[napi]
@@ -456,177 +135,69 @@ impl NativeOp {
     /// The current need (JSON text).
     #[napi]
     pub fn need(&self) -> String {
-        self.need.clone()
+        self.inner.need().to_owned()
     }
 
     /// The store request of the current need (StoreRequest JSON text; empty when the need
     /// is not a store request).
     #[napi]
     pub fn request(&self) -> String {
-        self.request.clone()
-    }
-
-    fn resume(&mut self, answer: Result<Answer, HeartError>) -> String {
-        let Some(running) = self.running.as_mut() else {
-            return finished();
-        };
-        let step = match answer {
-            Ok(answer) => running.op.resume(answer),
-            // A protocol failure ends the operation; nothing more is asked of the store.
-            Err(e) => Step::Done(Err(e)),
-        };
-        let (text, done, request) = running.run(step);
-        if done {
-            self.running = None;
-            self.request.clear();
-        } else {
-            self.need.clone_from(&text);
-            self.request = request;
-        }
-        text
+        self.inner.request().to_owned()
     }
 
     /// The store's answer (StoreAnswer JSON). Text that is not a StoreAnswer ends the
     /// operation with `store-protocol`.
     #[napi]
     pub fn resume_store(&mut self, answer: String) -> String {
-        let parsed = serde_json::from_str::<StoreAnswer>(&answer).map_err(|e| {
-            HeartError::new(ErrorCode::StoreProtocol, format!("the store's answer is not a StoreAnswer: {e}"))
-        });
-        self.resume(parsed.map(|a| Answer::Store(Ok(a))))
+        self.inner.resume_store(&answer)
     }
 
     /// The store failed (it threw or rejected): the operation ends with `store-unavailable`.
     #[napi]
     pub fn resume_store_error(&mut self, message: String) -> String {
-        self.resume(Ok(Answer::Store(Err(StoreError(message)))))
+        self.inner.resume_store_error(&message)
     }
 
     /// The effect ledger's answer: `true` the first time the key was recorded.
     #[napi]
     pub fn resume_recorded(&mut self, first: bool) -> String {
-        self.resume(Ok(Answer::Recorded(Ok(first))))
+        self.inner.resume_recorded(first)
     }
 
     /// The effect ledger failed.
     #[napi]
     pub fn resume_recorded_error(&mut self, message: String) -> String {
-        self.resume(Ok(Answer::Recorded(Err(StoreError(message)))))
+        self.inner.resume_recorded_error(&message)
     }
 
     /// The effect's result (JSON; the `external_ref` evidence for send-once).
     #[napi]
     pub fn resume_effect(&mut self, value: String) -> String {
-        let parsed = serde_json::from_str::<Value>(&value)
-            .map_err(|e| HeartError::invalid(format!("the effect's result is not JSON: {e}")));
-        self.resume(parsed.map(|v| Answer::Effect(Ok(v))))
+        self.inner.resume_effect(&value)
     }
 
     /// The effect threw.
     #[napi]
     pub fn resume_effect_error(&mut self, message: String) -> String {
-        self.resume(Ok(Answer::Effect(Err(message))))
+        self.inner.resume_effect_error(&message)
     }
 
     /// The probe's verdict: `{"status":"sent","externalRef":…}`, `{"status":"not-sent"}` or
     /// `{"status":"unknown"}`. Anything else counts as a probe failure.
     #[napi]
     pub fn resume_probe(&mut self, verdict: String) -> String {
-        let answer = match serde_json::from_str::<Verdict>(&verdict) {
-            Ok(Verdict::Sent { external_ref }) => Ok(ProbeVerdict::Sent(external_ref)),
-            Ok(Verdict::NotSent) => Ok(ProbeVerdict::NotSent),
-            Ok(Verdict::Unknown) => Ok(ProbeVerdict::Unknown),
-            Err(e) => Err(format!("the probe's verdict is not sent/not-sent/unknown: {e}")),
-        };
-        self.resume(Ok(Answer::Probe(answer)))
+        self.inner.resume_probe(&verdict)
     }
 
     /// The probe threw.
     #[napi]
     pub fn resume_probe_error(&mut self, message: String) -> String {
-        self.resume(Ok(Answer::Probe(Err(message))))
+        self.inner.resume_probe_error(&message)
     }
 
     /// Whether the operation finished.
     #[napi]
     pub fn is_done(&self) -> bool {
-        self.running.is_none()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use heart_fleet_core::{RunRow, Timestamp};
-
-    fn memory() -> Rc<RefCell<MemoryStore>> {
-        let t0 = Timestamp(1_785_369_600_000);
-        let mut store = MemoryStore::new(t0);
-        store.insert(RunRow::ready("r", "k", t0)).unwrap();
-        Rc::new(RefCell::new(store))
-    }
-
-    fn fleet(memory: Option<Rc<RefCell<MemoryStore>>>) -> NativeFleet {
-        let mut f = NativeFleet::new(Some(5), false);
-        f.memory = memory;
-        f
-    }
-
-    fn json(text: &str) -> Value {
-        serde_json::from_str(text).unwrap()
-    }
-
-    #[test]
-    fn a_memory_fleet_finishes_in_begin_with_the_reference_shape_in_order() {
-        let f = fleet(Some(memory()));
-        let Either::A(text) = f.begin("acquire".into(), r#"{"runId":"r","owner":"w","ttlSeconds":60}"#.into()) else {
-            panic!("expected a finished step");
-        };
-        assert!(text.starts_with(r#"{"done":true,"ok":{"acquired":true,"run":{"id":"r","task_id":null"#), "{text}");
-        assert_eq!(f.metrics().acquire_wins, 1);
-        assert_eq!(f.receipt_count(), 1);
-    }
-
-    #[test]
-    fn a_js_store_op_hands_the_request_out_and_a_failure_is_store_unavailable() {
-        let f = fleet(None);
-        let Either::B(mut op) = f.begin(
-            "verify".into(),
-            r#"{"fence":{"runId":"r","owner":"w","leaseExpiresAt":"2026-07-30T00:01:00.000Z"}}"#.into(),
-        ) else {
-            panic!("expected a pending op");
-        };
-        assert_eq!(json(&op.need()), serde_json::json!({ "need": "store" }));
-        assert_eq!(json(&op.request())["op"], "update_run");
-        let done = json(&op.resume_store_error("connection reset".into()));
-        assert_eq!(done["error"]["code"], "store-unavailable");
-        assert!(op.is_done());
-        assert_eq!(json(&op.resume_store("{}".into()))["error"]["code"], "store-protocol");
-    }
-
-    #[test]
-    fn bad_arguments_and_unknown_operations_are_invalid_input() {
-        let f = fleet(None);
-        for (kind, args) in [("renew", "{}"), ("release", r#"{"fence":1}"#), ("nope", "{}"), ("acquire", "not json")] {
-            let Either::A(text) = f.begin(kind.into(), args.into()) else { panic!("{kind} should finish") };
-            assert_eq!(json(&text)["error"]["code"], "invalid-input", "{kind}");
-        }
-        // acquire keeps the reference's result shape for bad values.
-        let Either::A(text) = f.begin("acquire".into(), r#"{"runId":"","owner":"w","ttlSeconds":0}"#.into()) else {
-            panic!("acquire should finish");
-        };
-        assert_eq!(json(&text)["ok"]["reason"], "Invalid input");
-    }
-
-    #[test]
-    fn a_sink_fleet_hands_receipts_out_with_the_step() {
-        let mut f = NativeFleet::new(Some(5), true);
-        f.memory = Some(memory());
-        let Either::A(text) = f.begin("acquire".into(), r#"{"runId":"r","owner":"w","ttlSeconds":60}"#.into()) else {
-            panic!("expected a finished step");
-        };
-        let step = json(&text);
-        assert_eq!(step["receipts"][0]["event"], "acquired");
-        assert_eq!(f.receipt_count(), 0);
+        self.inner.is_done()
     }
 }

@@ -1,7 +1,8 @@
 //! # heart-fleet for Node.js
 //!
 //! The native half of the npm package `heart-fleet`: a thin napi-rs layer over
-//! [`heart_fleet_core`]. It holds no lease logic of its own. The JavaScript half
+//! [`heart_fleet_core::bridge`], the JSON step protocol every foreign-language binding
+//! shares. It holds no lease logic of its own. The JavaScript half
 //! (`index.cjs`) is the public API; this module gives it:
 //!
 //! * [`NativeFleet`] and [`NativeOp`]: the sans-I/O operation class. `NativeFleet::begin`
@@ -34,7 +35,7 @@ pub use session::*;
 pub use sql::*;
 pub use store::*;
 
-use heart_fleet_core::{ErrorCode, HeartError};
+use heart_fleet_core::HeartError;
 
 /// The `code` of an error thrown to JavaScript: one of the core's stable codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,17 +50,7 @@ impl AsRef<str> for Code {
 /// A result whose error becomes a JS `Error` with a stable `.code`.
 pub type CodedResult<T> = napi::Result<T, Code>;
 
-/// A coded error for JavaScript.
-pub(crate) fn coded(code: ErrorCode, message: impl Into<String>) -> napi::Error<Code> {
-    napi::Error::new(Code(code.as_str()), message.into())
-}
-
-/// A core error for JavaScript.
+/// A core error for JavaScript: a JS `Error` whose `code` is the core's stable code.
 pub(crate) fn from_heart(e: HeartError) -> napi::Error<Code> {
-    coded(e.code, e.message)
-}
-
-/// An `invalid-input` error for JavaScript.
-pub(crate) fn invalid(message: impl Into<String>) -> napi::Error<Code> {
-    coded(ErrorCode::InvalidInput, message)
+    napi::Error::new(Code(e.code.as_str()), e.message)
 }

@@ -1,40 +1,26 @@
-//! [`NativeMemoryStore`]: the core's deterministic memory store, behind `MemoryLeaseStore`.
+//! [`NativeMemoryStore`]: the core's deterministic memory store, behind `MemoryLeaseStore`,
+//! plus the store helpers of [`heart_fleet_core::bridge`] (one-off requests, the evaluator
+//! on a snapshot, the conformance replay). Thin napi wrappers; the logic is in the bridge.
 
-use std::cell::RefCell;
-use std::rc::Rc;
-
-use heart_fleet_core::conformance;
-use heart_fleet_core::model::{InstanceRow, IntentRow};
-use heart_fleet_core::request::{Cond, IntentCol, StoreRequest};
-use heart_fleet_core::{ErrorCode, HeartFleet, LeaseStore, MemoryStore, RunRow, StoreAnswer, Timestamp};
+use heart_fleet_core::bridge::{self, BridgeMemoryStore};
 use napi_derive::napi;
-use serde_json::Value;
 
-use crate::{Code, coded, invalid};
+use crate::{Code, CodedResult, from_heart};
 
 /// The memory store: an injectable clock (milliseconds since the Unix epoch), runs, effect
 /// intents, the dispatch log and instances, with injectable failures for tests.
 #[napi]
 pub struct NativeMemoryStore {
-    inner: Rc<RefCell<MemoryStore>>,
+    inner: BridgeMemoryStore,
 }
 
-fn busy() -> napi::Error<crate::Code> {
-    coded(ErrorCode::StoreUnavailable, "the memory store is busy")
-}
-
-fn to_text<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_string(v).unwrap_or_default()
+fn js<T>(r: bridge::BridgeResult<T>) -> CodedResult<T> {
+    r.map_err(from_heart)
 }
 
 impl NativeMemoryStore {
-    pub(crate) fn shared(&self) -> Rc<RefCell<MemoryStore>> {
-        self.inner.clone()
-    }
-
-    fn with<T>(&self, f: impl FnOnce(&mut MemoryStore) -> T) -> napi::Result<T, Code> {
-        let mut store = self.inner.try_borrow_mut().map_err(|_| busy())?;
-        Ok(f(&mut store))
+    pub(crate) fn bridge(&self) -> &BridgeMemoryStore {
+        &self.inner
     }
 }
 
@@ -43,119 +29,107 @@ impl NativeMemoryStore {
     /// A store whose clock starts at `now_ms`.
     #[napi(constructor)]
     pub fn new(now_ms: i64) -> NativeMemoryStore {
-        NativeMemoryStore { inner: Rc::new(RefCell::new(MemoryStore::new(Timestamp(now_ms)))) }
+        NativeMemoryStore { inner: BridgeMemoryStore::new(now_ms) }
     }
 
     /// The store seeded by a conformance scenario (its clock, runs, instances and intents).
     #[napi(factory)]
     pub fn from_scenario(scenario: String) -> napi::Result<NativeMemoryStore, Code> {
-        let value: Value = serde_json::from_str(&scenario).map_err(|e| invalid(format!("bad scenario JSON: {e}")))?;
-        let setup = conformance::setup(&value).map_err(invalid)?;
-        Ok(NativeMemoryStore { inner: Rc::new(RefCell::new(setup.store)) })
+        js(BridgeMemoryStore::from_scenario(&scenario)).map(|inner| NativeMemoryStore { inner })
     }
 
     /// The clock, in milliseconds since the Unix epoch.
     #[napi]
     pub fn now_ms(&self) -> napi::Result<i64, Code> {
-        self.with(|s| s.now().0)
+        js(self.inner.now_ms())
     }
 
     /// Sets the clock.
     #[napi]
     pub fn set_now(&self, now_ms: i64) -> napi::Result<(), Code> {
-        self.with(|s| s.set_now(Timestamp(now_ms)))
+        js(self.inner.set_now(now_ms))
     }
 
     /// Moves the clock by `ms` (may be negative).
     #[napi]
     pub fn advance(&self, ms: i64) -> napi::Result<(), Code> {
-        self.with(|s| s.advance(ms))
+        js(self.inner.advance(ms))
     }
 
     /// Inserts a run (JSON of a full `agent_runs` row; the timestamps are set to the clock).
     /// A reused idempotency key fails with the reference's message.
     #[napi]
     pub fn insert(&self, run: String) -> napi::Result<(), Code> {
-        let row: RunRow = serde_json::from_str(&run).map_err(|e| invalid(format!("insert: not a run row: {e}")))?;
-        self.with(|s| s.insert(row))?.map_err(|e| invalid(e.0))
+        js(self.inner.insert(&run))
     }
 
     /// Inserts an `agent_instances` row as given.
     #[napi]
     pub fn insert_instance(&self, row: String) -> napi::Result<(), Code> {
-        let row: InstanceRow =
-            serde_json::from_str(&row).map_err(|e| invalid(format!("insertInstance: not an instance row: {e}")))?;
-        self.with(|s| s.insert_instance(row))
+        js(self.inner.insert_instance(&row))
     }
 
     /// Inserts an `effect_intents` row as given.
     #[napi]
     pub fn insert_intent(&self, row: String) -> napi::Result<(), Code> {
-        let row: IntentRow =
-            serde_json::from_str(&row).map_err(|e| invalid(format!("insertIntent: not an intent row: {e}")))?;
-        self.with(|s| s.insert_intent(row))
+        js(self.inner.insert_intent(&row))
     }
 
     /// Lets `after` requests named `request` (`update_run`, `read_run`, …, or `*`) through,
     /// then fails the next `times` with a store error (changing nothing).
     #[napi]
     pub fn fail_after(&self, request: String, after: u32, times: u32) -> napi::Result<(), Code> {
-        self.with(|s| s.fail_after(&request, after, times))
+        js(self.inner.fail_after(&request, after, times))
     }
 
     /// Executes one store request (StoreRequest JSON) and returns the StoreAnswer JSON.
     /// A failure (an injected one) is thrown with code `store-unavailable`.
     #[napi]
     pub fn execute_json(&self, request: String) -> napi::Result<String, Code> {
-        let req: StoreRequest = serde_json::from_str(&request)
-            .map_err(|e| coded(ErrorCode::StoreProtocol, format!("not a StoreRequest: {e}")))?;
-        let answer = self.with(|s| s.execute(req))?;
-        answer.map(|a: StoreAnswer| to_text(&a)).map_err(|e| coded(ErrorCode::StoreUnavailable, e.0))
+        js(self.inner.execute_json(&request))
     }
 
     /// One run (JSON), or `null`.
     #[napi]
     pub fn run_json(&self, run_id: String) -> napi::Result<String, Code> {
-        self.with(|s| to_text(&s.run(&run_id)))
+        js(self.inner.run_json(&run_id))
     }
 
     /// Every run in insertion order (JSON array).
     #[napi]
     pub fn runs_json(&self) -> napi::Result<String, Code> {
-        self.with(|s| to_text(&s.runs()))
+        js(self.inner.runs_json())
     }
 
     /// Every intent by key (JSON array).
     #[napi]
     pub fn intents_json(&self) -> napi::Result<String, Code> {
-        self.with(|s| to_text(&s.intents().collect::<Vec<_>>()))
+        js(self.inner.intents_json())
     }
 
     /// The dispatch log in order (JSON array).
     #[napi]
     pub fn dispatch_log_json(&self) -> napi::Result<String, Code> {
-        self.with(|s| to_text(&s.dispatch_log()))
+        js(self.inner.dispatch_log_json())
     }
 
     /// Every instance by id (JSON array).
     #[napi]
     pub fn instances_json(&self) -> napi::Result<String, Code> {
-        self.with(|s| to_text(&s.instances().collect::<Vec<_>>()))
+        js(self.inner.instances_json())
     }
 
     /// How many requests the store answered (or failed).
     #[napi]
     pub fn request_count(&self) -> napi::Result<i64, Code> {
-        self.with(|s| i64::try_from(s.request_count()).unwrap_or(i64::MAX))
+        js(self.inner.request_count())
     }
 }
 
-/// The fleet configuration of a conformance scenario: `{"maxRetries": n | null}`.
+/// The fleet configuration of a conformance scenario (JSON `{"maxRetries": n | null}`).
 #[napi]
 pub fn scenario_config(scenario: String) -> napi::Result<String, Code> {
-    let value: Value = serde_json::from_str(&scenario).map_err(|e| invalid(format!("bad scenario JSON: {e}")))?;
-    let setup = conformance::setup(&value).map_err(invalid)?;
-    Ok(serde_json::json!({ "maxRetries": setup.config.max_retries }).to_string())
+    js(bridge::scenario_config(&scenario))
 }
 
 /// Replays a conformance scenario on the native Rust engine (the core's `HeartFleet` over
@@ -163,68 +137,20 @@ pub fn scenario_config(scenario: String) -> napi::Result<String, Code> {
 /// the counters and the final rows. Bindings compare their own replay with it.
 #[napi]
 pub fn native_replay(scenario: String) -> napi::Result<String, Code> {
-    let replay = conformance::replay(&scenario, |setup| {
-        Ok(HeartFleet::new(setup.store).with_max_retries(setup.config.max_retries))
-    })
-    .map_err(invalid)?;
-    Ok(to_text(&replay))
+    js(bridge::native_replay(&scenario))
 }
 
 /// A store request that is not part of an operation (JSON text): `now`,
-/// `staleIntents` (`{limit}`: dispatched intents whose fence expired, oldest first),
-/// `readLog` (`{runId, effectKey}`), `intents` (`{runId?}`) and `instances`.
+/// `staleIntents` (`{limit}`), `readLog` (`{runId, effectKey}`) and `instances`.
 #[napi]
 pub fn store_request(kind: String, args: String) -> napi::Result<String, Code> {
-    let args: Value = serde_json::from_str(&args).map_err(|e| invalid(format!("{kind}: bad arguments: {e}")))?;
-    let text = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-    let req = match kind.as_str() {
-        "now" => StoreRequest::Now,
-        "staleIntents" => {
-            let limit = args.get("limit").and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok()).unwrap_or(50);
-            let when = Cond::And(vec![
-                Cond::Eq(IntentCol::State, heart_fleet_core::request::Val::Text("dispatched".into())),
-                Cond::ExpiredAt(IntentCol::FenceExpiresAt),
-            ]);
-            StoreRequest::ScanIntents { when, limit }
-        }
-        "readLog" => StoreRequest::ReadLog { run_id: text("runId"), effect_key: text("effectKey") },
-        "instances" => StoreRequest::ScanInstances { when: Cond::True },
-        other => return Err(invalid(format!("unknown store request {other:?}"))),
-    };
-    Ok(to_text(&req))
-}
-
-/// The rows a request is evaluated against by [`simulate_request`].
-#[derive(serde::Deserialize, Default)]
-#[serde(default)]
-struct Snapshot {
-    runs: Vec<RunRow>,
-    intents: Vec<IntentRow>,
-    instances: Vec<InstanceRow>,
+    js(bridge::store_request(&kind, &args))
 }
 
 /// Evaluates a store request (StoreRequest JSON) against a snapshot of rows (JSON
-/// `{runs, intents, instances}`, database text accepted for timestamps) at `now_ms`, with
-/// the core's own evaluator, and returns the StoreAnswer JSON. Stores that cannot run the
-/// request language in the database (the Supabase REST store) read the rows a request
-/// touches, simulate it here, and write the result back with a compare-and-set.
+/// `{runs, intents, instances}`) at `now_ms` with the core's own evaluator, and returns the
+/// StoreAnswer JSON (the Supabase store decides with it).
 #[napi]
 pub fn simulate_request(request: String, snapshot: String, now_ms: i64) -> napi::Result<String, Code> {
-    let req: StoreRequest = serde_json::from_str(&request)
-        .map_err(|e| coded(ErrorCode::StoreProtocol, format!("not a StoreRequest: {e}")))?;
-    let snap: Snapshot = serde_json::from_str(&snapshot).map_err(|e| {
-        coded(ErrorCode::StoreProtocol, format!("the rows are not agent_runs/effect_intents/agent_instances rows: {e}"))
-    })?;
-    let mut store = MemoryStore::new(Timestamp(now_ms));
-    for run in snap.runs {
-        store.insert_exact(run).map_err(|e| coded(ErrorCode::StoreProtocol, e.0))?;
-    }
-    for intent in snap.intents {
-        store.insert_intent(intent);
-    }
-    for instance in snap.instances {
-        store.insert_instance(instance);
-    }
-    let answer = store.execute(req).map_err(|e| coded(ErrorCode::StoreProtocol, e.0))?;
-    Ok(to_text(&answer))
+    js(bridge::simulate_request(&request, &snapshot, now_ms))
 }

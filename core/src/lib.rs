@@ -29,7 +29,8 @@
 //!
 //! [`driver::drive`] is that loop over a sync [`LeaseStore`], [`driver::drive_async`] over
 //! an [`driver::AsyncLeaseStore`]; the JavaScript and Python bindings run the same loop
-//! from their event loops, awaiting the host's store.
+//! from their event loops, awaiting the host's store, over the JSON step protocol of
+//! [`bridge`].
 //!
 //! ```
 //! use heart_fleet_core::{HeartFleet, MemoryStore, RunRow, Timestamp, ops::ReleaseTo};
@@ -48,6 +49,7 @@
 //! assert_eq!(heart.receipts().len(), 3); // acquired, fence_verified, released
 //! ```
 
+pub mod bridge;
 pub mod canonical;
 pub mod conformance;
 pub mod driver;

@@ -1,0 +1,99 @@
+//! The JSON bridge that foreign-language bindings drive.
+//!
+//! Node (napi-rs), Deno and edge runtimes (wasm-bindgen) and Python (pyo3) all expose the
+//! same operations, and all of them drive the core's sans-I/O machines from a loop written
+//! in the host language, awaiting the host's store. This module is everything those
+//! bindings share, so each binding is a thin layer of attributes and error conversion:
+//!
+//! * [`BridgeFleet`] / [`BridgeOp`]: builds an operation's [`Machine`](crate::Machine) from
+//!   its name and JSON arguments, starts it, and speaks the step protocol below. With a
+//!   [`BridgeMemoryStore`] attached, store requests are answered in place, so an operation
+//!   on the memory store finishes inside one call.
+//! * [`BridgeMemoryStore`]: a shared handle on the [`MemoryStore`](crate::MemoryStore), with
+//!   JSON accessors for tests.
+//! * [`BridgeSession`]: the execute-with-lease state ([`crate::session::LeaseSession`]); the
+//!   host owns the timers.
+//! * Free functions over JSON text: canonical JSON and digests, receipt verification, SQL
+//!   rendering and decoding for SQL stores written in the host language, the evaluator on a
+//!   snapshot of rows (for stores that decide outside a database), and the conformance
+//!   replay every binding compares itself with.
+//!
+//! Everything crossing the bridge is JSON text, a string, a boolean or an `i64` well inside
+//! 2^53, so no host loses precision. Failures are [`HeartError`]s whose
+//! [`code`](HeartError::code) is the stable code the binding shows. Every handle is `Send`
+//! (the state sits behind `Arc<Mutex<_>>`), so a host may renew from a heartbeat thread.
+//!
+//! ## The step protocol
+//!
+//! Each step is one JSON object:
+//!
+//! * `{"need":"store"}`: [`BridgeOp::request`] is the StoreRequest (JSON text); execute it on
+//!   the host's store and call [`BridgeOp::resume_store`] with the StoreAnswer JSON, or
+//!   [`BridgeOp::resume_store_error`] if it failed. (The request is kept apart so that stores
+//!   that take JSON text never make the host parse it.)
+//! * `{"need":"recordOnce","runId":…,"effectKey":…}`: ask the effect ledger;
+//!   [`BridgeOp::resume_recorded`] / [`BridgeOp::resume_recorded_error`].
+//! * `{"need":"effect","effectKey":…,"epoch":…}`: run the effect;
+//!   [`BridgeOp::resume_effect`] (the result as JSON) / [`BridgeOp::resume_effect_error`].
+//! * `{"need":"probe","intent":<IntentRow>}`: run the channel probe;
+//!   [`BridgeOp::resume_probe`] with `{"status":"sent","externalRef":…}`,
+//!   `{"status":"not-sent"}` or `{"status":"unknown"}` / [`BridgeOp::resume_probe_error`].
+//! * `{"done":true,"ok":<value>}` or `{"done":true,"error":{"code":…,"message":…}}`.
+//!
+//! When the fleet hands receipts to a host sink, a step also carries `"receipts":[…]`: the
+//! receipts emitted since the previous step, in order.
+//!
+//! ```
+//! use heart_fleet_core::bridge::{Begun, BridgeFleet, BridgeMemoryStore};
+//! use heart_fleet_core::{RunRow, Timestamp};
+//!
+//! let t0 = Timestamp(1_785_369_600_000);
+//! let store = BridgeMemoryStore::new(t0.0);
+//! store.insert(&serde_json::to_string(&RunRow::ready("run-1", "job:1", t0)).unwrap()).unwrap();
+//! let mut fleet = BridgeFleet::new(Some(5), false);
+//! fleet.attach_memory_store(&store);
+//! let Begun::Done(step) = fleet.begin("acquire", r#"{"runId":"run-1","owner":"w","ttlSeconds":60}"#) else {
+//!     unreachable!("the memory store answers in place")
+//! };
+//! assert!(step.starts_with(r#"{"done":true,"ok":{"acquired":true"#));
+//! assert_eq!(fleet.metrics().acquire_wins, 1);
+//! ```
+
+mod canonical;
+mod memory;
+mod op;
+mod session;
+mod sql;
+
+pub use canonical::*;
+pub use memory::*;
+pub use op::*;
+pub use session::*;
+pub use sql::*;
+
+use crate::{ErrorCode, HeartError};
+
+/// A result of the bridge: the error carries the stable code the binding shows.
+pub type BridgeResult<T> = Result<T, HeartError>;
+
+fn invalid(message: impl Into<String>) -> HeartError {
+    HeartError::invalid(message)
+}
+
+fn protocol(message: impl Into<String>) -> HeartError {
+    HeartError::new(ErrorCode::StoreProtocol, message)
+}
+
+fn to_text<T: serde::Serialize + ?Sized>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".to_owned())
+}
+
+/// Parses JSON text with a message naming what it should have been.
+fn parse_json<'a, T: serde::Deserialize<'a>>(text: &'a str, what: &str) -> BridgeResult<T> {
+    serde_json::from_str(text).map_err(|e| invalid(format!("{what}: {e}")))
+}
+
+/// The stable error codes of the registry, in order.
+pub fn error_codes() -> Vec<&'static str> {
+    ErrorCode::ALL.iter().map(|c| c.as_str()).collect()
+}
