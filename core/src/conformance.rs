@@ -14,123 +14,50 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::api::{FleetApi, LeaseWork};
 use crate::canonical;
 use crate::driver::{Ledger, MemoryEffectLedger};
 use crate::error::HeartError;
 use crate::fleet::{ExecuteOutcome, HeartFleet, LeaseContext, LeaseOptions};
 use crate::machine::ProbeVerdict;
 use crate::memory::MemoryStore;
-use crate::metrics::HeartMetrics;
 use crate::model::{DispatchLogEntry, FencingToken, InstanceRow, IntentRow, RunRow, RunStatus};
 use crate::ops::{
-    AcquireResult, DEFAULT_LIVENESS_LIMIT, DEFAULT_LIVENESS_TTL_MS, DEFAULT_RECONCILE_LIMIT,
-    DEFAULT_RECONCILE_MAX_ATTEMPTS, DEFAULT_SWEEP_LIMIT, Fenced, FleetConfig, GuardResult, LivenessSummary, LostCause,
-    ReclaimSummary, ReconcileSummary, ReleaseTo, SendResult,
+    DEFAULT_LIVENESS_LIMIT, DEFAULT_LIVENESS_TTL_MS, DEFAULT_RECONCILE_LIMIT, DEFAULT_RECONCILE_MAX_ATTEMPTS,
+    DEFAULT_SWEEP_LIMIT, Fenced, FleetConfig, ReleaseTo,
 };
-use crate::receipt::{HeartReceipt, verify_receipt};
+use crate::receipt::verify_receipt;
 use crate::time::Timestamp;
 
 /// The scenario format this runner understands.
 pub const FORMAT: u64 = 1;
 
-/// An effect or send callback of a scenario: gets the fencing epoch, returns the result.
-pub type EffectFn<'a> = dyn FnMut(Option<i64>) -> Result<Value, String> + 'a;
-/// A reconcile probe of a scenario: `None` when there is no probe for the channel.
-pub type ProbeFn<'a> = dyn FnMut(&IntentRow) -> Option<Result<ProbeVerdict, String>> + 'a;
-/// The work of an `executeWithLease` step.
-pub type WorkFn<'a> = dyn FnMut(&mut dyn LeaseWork) -> Result<Value, String> + 'a;
-
-/// What the work of an `executeWithLease` step can do while it holds the lease.
-pub trait LeaseWork {
+/// What the work of an `executeWithLease` step can do while it holds the lease: the lease
+/// itself ([`LeaseWork`]) and the store's clock.
+pub trait ScenarioWork: LeaseWork {
     /// Moves the store's clock by `ms` (a beat of the scenario).
     fn advance(&mut self, ms: i64);
-    /// One cooperative heartbeat ([`LeaseContext::heartbeat`]).
-    fn heartbeat(&mut self) -> Option<LostCause>;
-    /// The newest token.
-    fn fence(&self) -> Option<FencingToken>;
-    /// `guardIrreversible` inside the work.
-    fn guard_irreversible(
-        &mut self,
-        fence: &FencingToken,
-        ledger: Ledger<'_>,
-        effect_key: &str,
-        effect: &mut EffectFn<'_>,
-    ) -> Result<GuardResult, HeartError>;
 }
 
-/// Everything a scenario does to a fleet and its store. The operations have
-/// [`HeartFleet`]'s signatures; the store controls and snapshots are the memory store's.
-/// The canonical functions default to the core's own.
-pub trait Engine {
+/// The work of an `executeWithLease` step.
+pub type WorkFn<'a> = dyn FnMut(&mut dyn ScenarioWork) -> Result<Value, String> + 'a;
+
+/// Everything a scenario does to a fleet and its store: the fleet operations
+/// ([`FleetApi`]), and the memory store's controls and snapshots. The canonical functions
+/// default to the core's own.
+pub trait Engine: FleetApi {
     /// Moves the store's clock by `ms` (may be negative).
     fn advance(&mut self, ms: i64);
     /// Sets the store's clock.
     fn set_clock(&mut self, at: Timestamp);
     /// Lets `after` store requests named `request` (or `*`) through, then fails the next `times`.
     fn fail_after(&mut self, request: &str, after: u32, times: u32);
-
-    /// `acquire`.
-    fn acquire(&mut self, run_id: &str, owner: &str, ttl_seconds: i64) -> Result<AcquireResult, HeartError>;
-    /// `renew`.
-    fn renew(&mut self, fence: &FencingToken, ttl_seconds: i64) -> Result<Fenced<FencingToken>, HeartError>;
-    /// `release`.
-    fn release(&mut self, fence: &FencingToken, to: ReleaseTo) -> Result<Fenced<RunRow>, HeartError>;
-    /// `verifyFence`.
-    fn verify_fence(&mut self, fence: &FencingToken) -> Result<bool, HeartError>;
-    /// `reclaimExpired`.
-    fn reclaim_expired(&mut self, limit: u32) -> Result<ReclaimSummary, HeartError>;
-    /// `guardIrreversible`.
-    fn guard_irreversible(
-        &mut self,
-        fence: &FencingToken,
-        ledger: Ledger<'_>,
-        effect_key: &str,
-        effect: &mut EffectFn<'_>,
-    ) -> Result<GuardResult, HeartError>;
-    /// `sendOnce`.
-    fn send_once(
-        &mut self,
-        fence: &FencingToken,
-        channel: &str,
-        effect_key: &str,
-        payload: &Value,
-        send: &mut EffectFn<'_>,
-    ) -> Result<SendResult, HeartError>;
-    /// `reconcileOutbox`.
-    fn reconcile_outbox(
-        &mut self,
-        probe: &mut ProbeFn<'_>,
-        max_attempts: i64,
-        limit: u32,
-    ) -> Result<ReconcileSummary, HeartError>;
-    /// `executeWithLease` with synchronous work.
-    fn execute_with_lease(
+    /// `executeWithLease` with work that may move the store's clock.
+    fn execute_scenario_work(
         &mut self,
         opts: &LeaseOptions,
         work: &mut WorkFn<'_>,
     ) -> Result<Result<ExecuteOutcome<Value>, String>, HeartError>;
-    /// Registers an instance.
-    fn register_instance(&mut self, instance_id: &str) -> Result<InstanceRow, HeartError>;
-    /// Heartbeats an instance.
-    fn heartbeat_instance(&mut self, instance_id: &str) -> Result<bool, HeartError>;
-    /// Drains an instance.
-    fn drain_instance(&mut self, instance_id: &str) -> Result<bool, HeartError>;
-    /// The liveness pass.
-    fn reclaim_dead_instance_runs(&mut self, ttl_ms: i64, limit: u32) -> Result<LivenessSummary, HeartError>;
-    /// Find or create a resource run.
-    fn ensure_resource_run(
-        &mut self,
-        kind: &str,
-        key: &str,
-        objective: &str,
-        created_by: &str,
-    ) -> Result<(RunRow, bool), HeartError>;
-    /// Operator requeue.
-    fn requeue_run(&mut self, run_id: &str, operator: &str) -> Result<RunRow, HeartError>;
-    /// Operator force-release.
-    fn force_release(&mut self, run_id: &str) -> Result<RunRow, HeartError>;
-    /// Operator listing.
-    fn list_runs(&mut self, status: Option<RunStatus>, limit: u32) -> Result<Vec<RunRow>, HeartError>;
 
     /// `canonicalize` of JSON text.
     fn canonicalize(&mut self, json: &str) -> Result<String, HeartError> {
@@ -153,10 +80,6 @@ pub trait Engine {
         verify_receipt(receipt)
     }
 
-    /// The receipts kept so far, in order.
-    fn receipts(&mut self) -> Vec<HeartReceipt>;
-    /// The counters.
-    fn metrics(&mut self) -> HeartMetrics;
     /// Every run, in insertion order.
     fn runs(&mut self) -> Vec<RunRow>;
     /// Every intent, by key.
@@ -382,7 +305,7 @@ impl Runner {
                 ))
             }
             "executeWithLease" => return Ok((self.execute(engine, args)?, None)),
-            "registerInstance" => to_json(engine.register_instance(s(args, "instanceId"))),
+            "registerInstance" => to_json(engine.register_instance(s(args, "instanceId"), None, None)),
             "heartbeatInstance" => to_json(engine.heartbeat_instance(s(args, "instanceId"))),
             "drainInstance" => to_json(engine.drain_instance(s(args, "instanceId"))),
             "livenessSweep" => to_json(engine.reclaim_dead_instance_runs(
@@ -453,7 +376,7 @@ impl Runner {
         let ledger = &mut self.ledger;
         let fired = &mut self.fired;
         let mut problem: Option<String> = None;
-        let mut body = |cx: &mut dyn LeaseWork| -> Result<Value, String> {
+        let mut body = |cx: &mut dyn ScenarioWork| -> Result<Value, String> {
             for beat in work.get("beats").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
                 cx.advance(beat.as_i64().unwrap_or(0));
                 cx.heartbeat();
@@ -466,7 +389,8 @@ impl Runner {
                             *fired.entry(key.clone()).or_default() += 1;
                             Ok(json!("fired"))
                         };
-                        if let Err(e) = cx.guard_irreversible(&fence, Ledger::Memory(ledger), &key, &mut effect) {
+                        if let Err(e) = cx.fleet().guard_irreversible(&fence, Ledger::Memory(ledger), &key, &mut effect)
+                        {
                             problem = Some(format!("the guard inside the work failed: {e}"));
                         }
                     }
@@ -475,7 +399,7 @@ impl Runner {
             }
             effect_outcome(&work)
         };
-        let r = engine.execute_with_lease(&opts, &mut body);
+        let r = engine.execute_scenario_work(&opts, &mut body);
         if let Some(p) = problem {
             return Err(p);
         }
@@ -650,90 +574,12 @@ impl Engine for HeartFleet<MemoryStore> {
     fn fail_after(&mut self, request: &str, after: u32, times: u32) {
         self.store_mut().fail_after(request, after, times);
     }
-    fn acquire(&mut self, run_id: &str, owner: &str, ttl_seconds: i64) -> Result<AcquireResult, HeartError> {
-        HeartFleet::acquire(self, run_id, owner, ttl_seconds)
-    }
-    fn renew(&mut self, fence: &FencingToken, ttl_seconds: i64) -> Result<Fenced<FencingToken>, HeartError> {
-        HeartFleet::renew(self, fence, ttl_seconds)
-    }
-    fn release(&mut self, fence: &FencingToken, to: ReleaseTo) -> Result<Fenced<RunRow>, HeartError> {
-        HeartFleet::release(self, fence, to)
-    }
-    fn verify_fence(&mut self, fence: &FencingToken) -> Result<bool, HeartError> {
-        HeartFleet::verify_fence(self, fence)
-    }
-    fn reclaim_expired(&mut self, limit: u32) -> Result<ReclaimSummary, HeartError> {
-        HeartFleet::reclaim_expired(self, limit)
-    }
-    fn guard_irreversible(
-        &mut self,
-        fence: &FencingToken,
-        ledger: Ledger<'_>,
-        effect_key: &str,
-        effect: &mut EffectFn<'_>,
-    ) -> Result<GuardResult, HeartError> {
-        HeartFleet::guard_irreversible(self, fence, ledger, effect_key, effect)
-    }
-    fn send_once(
-        &mut self,
-        fence: &FencingToken,
-        channel: &str,
-        effect_key: &str,
-        payload: &Value,
-        send: &mut EffectFn<'_>,
-    ) -> Result<SendResult, HeartError> {
-        HeartFleet::send_once(self, fence, channel, effect_key, payload, send)
-    }
-    fn reconcile_outbox(
-        &mut self,
-        probe: &mut ProbeFn<'_>,
-        max_attempts: i64,
-        limit: u32,
-    ) -> Result<ReconcileSummary, HeartError> {
-        HeartFleet::reconcile_outbox(self, probe, max_attempts, limit)
-    }
-    fn execute_with_lease(
+    fn execute_scenario_work(
         &mut self,
         opts: &LeaseOptions,
         work: &mut WorkFn<'_>,
     ) -> Result<Result<ExecuteOutcome<Value>, String>, HeartError> {
-        HeartFleet::execute_with_lease(self, opts, |cx| work(&mut NativeWork(cx)))
-    }
-    fn register_instance(&mut self, instance_id: &str) -> Result<InstanceRow, HeartError> {
-        HeartFleet::register_instance(self, instance_id, None, None)
-    }
-    fn heartbeat_instance(&mut self, instance_id: &str) -> Result<bool, HeartError> {
-        HeartFleet::heartbeat_instance(self, instance_id)
-    }
-    fn drain_instance(&mut self, instance_id: &str) -> Result<bool, HeartError> {
-        HeartFleet::drain_instance(self, instance_id)
-    }
-    fn reclaim_dead_instance_runs(&mut self, ttl_ms: i64, limit: u32) -> Result<LivenessSummary, HeartError> {
-        HeartFleet::reclaim_dead_instance_runs(self, ttl_ms, limit)
-    }
-    fn ensure_resource_run(
-        &mut self,
-        kind: &str,
-        key: &str,
-        objective: &str,
-        created_by: &str,
-    ) -> Result<(RunRow, bool), HeartError> {
-        HeartFleet::ensure_resource_run(self, kind, key, objective, created_by)
-    }
-    fn requeue_run(&mut self, run_id: &str, operator: &str) -> Result<RunRow, HeartError> {
-        HeartFleet::requeue_run(self, run_id, operator)
-    }
-    fn force_release(&mut self, run_id: &str) -> Result<RunRow, HeartError> {
-        HeartFleet::force_release(self, run_id)
-    }
-    fn list_runs(&mut self, status: Option<RunStatus>, limit: u32) -> Result<Vec<RunRow>, HeartError> {
-        HeartFleet::list_runs(self, status, limit)
-    }
-    fn receipts(&mut self) -> Vec<HeartReceipt> {
-        HeartFleet::receipts(self).to_vec()
-    }
-    fn metrics(&mut self) -> HeartMetrics {
-        *HeartFleet::metrics(self)
+        HeartFleet::execute_with_lease(self, opts, |cx| work(cx))
     }
     fn runs(&mut self) -> Vec<RunRow> {
         self.store().runs().to_vec()
@@ -749,26 +595,9 @@ impl Engine for HeartFleet<MemoryStore> {
     }
 }
 
-struct NativeWork<'a, 'b>(&'a mut LeaseContext<'b, MemoryStore>);
-
-impl LeaseWork for NativeWork<'_, '_> {
+impl ScenarioWork for LeaseContext<'_, MemoryStore> {
     fn advance(&mut self, ms: i64) {
-        self.0.fleet().store_mut().advance(ms);
-    }
-    fn heartbeat(&mut self) -> Option<LostCause> {
-        self.0.heartbeat()
-    }
-    fn fence(&self) -> Option<FencingToken> {
-        self.0.fence().cloned()
-    }
-    fn guard_irreversible(
-        &mut self,
-        fence: &FencingToken,
-        ledger: Ledger<'_>,
-        effect_key: &str,
-        effect: &mut EffectFn<'_>,
-    ) -> Result<GuardResult, HeartError> {
-        self.0.fleet().guard_irreversible(fence, ledger, effect_key, effect)
+        self.fleet().store_mut().advance(ms);
     }
 }
 

@@ -351,6 +351,16 @@ impl<S: LeaseStore> HeartFleet<S> {
         self.run(ops::list_runs(status, limit))
     }
 
+    /// Operator: one run, or `None`.
+    pub fn show_run(&mut self, run_id: &str) -> Result<Option<RunRow>, HeartError> {
+        self.run(ops::show_run(run_id))
+    }
+
+    /// Every instance, by id.
+    pub fn list_instances(&mut self) -> Result<Vec<InstanceRow>, HeartError> {
+        self.run(ops::list_instances())
+    }
+
     /// Requeues a quarantined run.
     pub fn requeue_run(&mut self, run_id: &str, operator: &str) -> Result<RunRow, HeartError> {
         self.run(ops::requeue_run(run_id, operator))

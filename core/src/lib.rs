@@ -49,6 +49,7 @@
 //! assert_eq!(heart.receipts().len(), 3); // acquired, fence_verified, released
 //! ```
 
+pub mod api;
 pub mod bridge;
 pub mod canonical;
 pub mod conformance;
@@ -67,6 +68,7 @@ pub mod sql;
 pub mod store_suite;
 pub mod time;
 
+pub use api::{FleetApi, LeaseWork};
 pub use driver::{LeaseStore, Ledger, MemoryEffectLedger};
 pub use error::{ErrorCode, HeartError, StoreError};
 pub use fleet::{ExecuteOutcome, HeartFleet, LeaseContext, LeaseOptions};

@@ -39,6 +39,7 @@
 //! # }
 //! ```
 
+mod api;
 mod convert;
 mod hooks;
 
@@ -84,8 +85,10 @@ pub const DEFAULT_MEMORY_LIMIT: usize = 256 << 20;
 /// The environment variable that names the component file for [`FleetComponent::locate`].
 pub const COMPONENT_ENV: &str = "HEART_FLEET_COMPONENT";
 
+/// A `store-protocol` error, on one line: wasmtime's messages (a trap's wasm backtrace, a
+/// compile error's causes) span lines, and errors are shown and logged as one line.
 fn protocol(message: impl Into<String>) -> HeartError {
-    HeartError::new(ErrorCode::StoreProtocol, message)
+    HeartError::new(ErrorCode::StoreProtocol, one_line(&message.into()))
 }
 
 /// The compiled component and its engine. Cheap to clone; compile once, share everywhere.
@@ -290,6 +293,22 @@ impl<S: LeaseStore + 'static> std::fmt::Debug for ComponentFleet<S> {
 
 fn trapped(what: &str, e: &wasmtime::Error) -> HeartError {
     protocol(format!("the component trapped during {what}; its instance was discarded: {e:#}"))
+}
+
+/// `text` on one line: its lines trimmed and joined with `; ` (with a space after a line
+/// ending in `:`).
+pub fn one_line(text: &str) -> String {
+    if !text.contains(['\n', '\r']) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if !out.is_empty() {
+            out.push_str(if out.ends_with(':') { " " } else { "; " });
+        }
+        out.push_str(line);
+    }
+    out
 }
 
 impl<S: LeaseStore + 'static> ComponentFleet<S> {

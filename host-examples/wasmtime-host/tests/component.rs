@@ -195,3 +195,17 @@ fn a_component_fleet_can_move_to_another_thread() {
     assert_send::<ComponentFleet<MemoryStore>>();
     assert_send::<FleetComponent>();
 }
+
+#[test]
+fn a_trap_message_is_flattened_to_one_line() {
+    let trap = "the component trapped during acquire; its instance was discarded: error while executing at \
+                wasm backtrace:\n    0:  0x46b71 - <unknown>!<wasm function 1183>\n    1:  0x20319 - \
+                <unknown>!<wasm function 548>: wasm trap: all fuel consumed by WebAssembly\n";
+    assert_eq!(
+        heart_fleet_wasmtime_host::one_line(trap),
+        "the component trapped during acquire; its instance was discarded: error while executing at wasm \
+         backtrace: 0:  0x46b71 - <unknown>!<wasm function 1183>; 1:  0x20319 - <unknown>!<wasm function 548>: \
+         wasm trap: all fuel consumed by WebAssembly"
+    );
+    assert_eq!(heart_fleet_wasmtime_host::one_line("no newline"), "no newline");
+}
