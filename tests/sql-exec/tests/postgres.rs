@@ -17,7 +17,7 @@ use common::{
     Db, World, ask, check_epoch_trigger, check_instances, check_intent_scans, check_intent_writes, check_lifecycle,
     check_run_scans, check_run_writes, instance_grid, intent_grid, run_grid, uuid,
 };
-use heart_fleet_core::model::{InstanceRow, IntentRow, RunRow, RunStatus};
+use heart_fleet_core::model::{InstanceRow, RunRow, RunStatus};
 use heart_fleet_core::request::{Cond, Expr, NewIntent, NewRun, RunCol, StoreReply, StoreRequest, Val};
 use heart_fleet_core::sql::{Dialect, SqlParam, SqlRow, SqlValue, Statement, decode, migrations, render};
 use heart_fleet_core::time::Timestamp;
@@ -108,14 +108,6 @@ impl Drop for Pg {
     }
 }
 
-fn ts(t: Option<Timestamp>) -> Option<String> {
-    t.map(|t| t.to_iso())
-}
-
-fn json(v: Option<&serde_json::Value>) -> Option<String> {
-    v.map(|v| v.to_string())
-}
-
 impl Db for Pg {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
@@ -150,83 +142,6 @@ impl Db for Pg {
     }
     fn exec(&mut self, stmt: &Statement) -> Vec<SqlRow> {
         self.run(std::slice::from_ref(stmt), None).remove(0)
-    }
-    fn insert_run(&mut self, r: &RunRow) {
-        let caps = serde_json::to_string(&r.required_capabilities).unwrap();
-        self.client
-            .execute(
-                "INSERT INTO agent_runs (id, task_id, assignment_id, objective, required_capabilities, status, \
-                 assigned_agent, lease_owner, lease_expires_at, retries, budget, approval_state, visibility, \
-                 idempotency_key, created_by, created_at, updated_at, fencing_epoch) \
-                 VALUES ($1::text::uuid, $2::text, $3::text::uuid, $4::text, \
-                 ARRAY(SELECT json_array_elements_text($5::text::json)), $6::text, $7::text, $8::text, \
-                 $9::text::timestamptz, $10::bigint, $11::text::jsonb, $12::text, $13::text, $14::text, $15::text, \
-                 $16::text::timestamptz, $17::text::timestamptz, $18::bigint)",
-                &[
-                    &r.id,
-                    &r.task_id,
-                    &r.assignment_id,
-                    &r.objective,
-                    &caps,
-                    &r.status.as_str(),
-                    &r.assigned_agent,
-                    &r.lease_owner,
-                    &ts(r.lease_expires_at),
-                    &r.retries,
-                    &json(r.budget.as_ref()),
-                    &r.approval_state,
-                    &r.visibility,
-                    &r.idempotency_key,
-                    &r.created_by,
-                    &r.created_at.to_iso(),
-                    &r.updated_at.to_iso(),
-                    &r.fencing_epoch,
-                ],
-            )
-            .unwrap();
-    }
-    fn insert_instance(&mut self, i: &InstanceRow) {
-        self.client
-            .execute(
-                "INSERT INTO agent_instances (instance_id, hostname, pid, status, started_at, last_heartbeat, metadata) \
-                 VALUES ($1::text, $2::text, $3::bigint, $4::text, $5::text::timestamptz, $6::text::timestamptz, \
-                 $7::text::jsonb)",
-                &[
-                    &i.instance_id,
-                    &i.hostname,
-                    &i.pid,
-                    &i.status.as_str(),
-                    &i.started_at.to_iso(),
-                    &i.last_heartbeat.to_iso(),
-                    &json(i.metadata.as_ref()),
-                ],
-            )
-            .unwrap();
-    }
-    fn insert_intent(&mut self, i: &IntentRow) {
-        self.client
-            .execute(
-                "INSERT INTO effect_intents (run_id, effect_key, state, channel, payload_digest, fence_owner, \
-                 fence_expires_at, fence_epoch, external_ref, attempts, last_error, created_at, committed_at) \
-                 VALUES ($1::text::uuid, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text::timestamptz, \
-                 $8::bigint, $9::text::jsonb, $10::bigint, $11::text, $12::text::timestamptz, $13::text::timestamptz)",
-                &[
-                    &i.run_id,
-                    &i.effect_key,
-                    &i.state.as_str(),
-                    &i.channel,
-                    &i.payload_digest,
-                    &i.fence_owner,
-                    &ts(i.fence_expires_at),
-                    &i.fence_epoch,
-                    &json(i.external_ref.as_ref()),
-                    &i.attempts,
-                    &i.last_error,
-                    &i.created_at.to_iso(),
-                    &ts(i.committed_at),
-                ],
-            )
-            .unwrap();
     }
 }
 

@@ -10,7 +10,7 @@ use common::{
     Db, World, ask, check_epoch_trigger, check_instances, check_intent_scans, check_intent_writes, check_lifecycle,
     check_run_scans, instance_grid, intent_grid, run_grid,
 };
-use heart_fleet_core::model::{InstanceRow, IntentRow, RunRow};
+use heart_fleet_core::model::{InstanceRow, RunRow};
 use heart_fleet_core::request::{Cond, Expr, RunCol, StoreReply, StoreRequest};
 use heart_fleet_core::sql::{Dialect, SqlParam, SqlRow, SqlValue, Statement, migrations};
 use heart_fleet_core::time::Timestamp;
@@ -55,26 +55,10 @@ impl Lite {
         }
         out
     }
-
-    fn write(&self, sql: &str, params: Vec<Value>) {
-        self.conn.execute(sql, rusqlite::params_from_iter(params)).unwrap_or_else(|e| panic!("{e}: {sql}"));
-    }
 }
 
 fn text(s: &str) -> Value {
     Value::Text(s.to_owned())
-}
-
-fn opt_text(s: Option<&str>) -> Value {
-    s.map_or(Value::Null, text)
-}
-
-fn time(t: Option<Timestamp>) -> Value {
-    t.map_or(Value::Null, |t| text(&t.to_iso()))
-}
-
-fn json(v: Option<&serde_json::Value>) -> Value {
-    v.map_or(Value::Null, |v| text(&v.to_string()))
 }
 
 impl Db for Lite {
@@ -133,71 +117,6 @@ impl Db for Lite {
             })
             .collect();
         self.query(&stmt.sql, params)
-    }
-    fn insert_run(&mut self, r: &RunRow) {
-        self.write(
-            "INSERT INTO agent_runs (id, task_id, assignment_id, objective, required_capabilities, status, \
-             assigned_agent, lease_owner, lease_expires_at, retries, budget, approval_state, visibility, \
-             idempotency_key, created_by, created_at, updated_at, fencing_epoch) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
-            vec![
-                text(&r.id),
-                opt_text(r.task_id.as_deref()),
-                text(&r.assignment_id),
-                text(&r.objective),
-                text(&serde_json::to_string(&r.required_capabilities).unwrap()),
-                text(r.status.as_str()),
-                opt_text(r.assigned_agent.as_deref()),
-                opt_text(r.lease_owner.as_deref()),
-                time(r.lease_expires_at),
-                Value::Integer(r.retries),
-                json(r.budget.as_ref()),
-                text(&r.approval_state),
-                text(&r.visibility),
-                text(&r.idempotency_key),
-                text(&r.created_by),
-                time(Some(r.created_at)),
-                time(Some(r.updated_at)),
-                Value::Integer(r.fencing_epoch),
-            ],
-        );
-    }
-    fn insert_instance(&mut self, i: &InstanceRow) {
-        self.write(
-            "INSERT INTO agent_instances (instance_id, hostname, pid, status, started_at, last_heartbeat, metadata) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            vec![
-                text(&i.instance_id),
-                opt_text(i.hostname.as_deref()),
-                i.pid.map_or(Value::Null, Value::Integer),
-                text(i.status.as_str()),
-                time(Some(i.started_at)),
-                time(Some(i.last_heartbeat)),
-                json(i.metadata.as_ref()),
-            ],
-        );
-    }
-    fn insert_intent(&mut self, i: &IntentRow) {
-        self.write(
-            "INSERT INTO effect_intents (run_id, effect_key, state, channel, payload_digest, fence_owner, \
-             fence_expires_at, fence_epoch, external_ref, attempts, last_error, created_at, committed_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
-            vec![
-                text(&i.run_id),
-                text(&i.effect_key),
-                text(i.state.as_str()),
-                text(&i.channel),
-                text(&i.payload_digest),
-                opt_text(i.fence_owner.as_deref()),
-                time(i.fence_expires_at),
-                i.fence_epoch.map_or(Value::Null, Value::Integer),
-                json(i.external_ref.as_ref()),
-                Value::Integer(i.attempts),
-                opt_text(i.last_error.as_deref()),
-                time(Some(i.created_at)),
-                time(i.committed_at),
-            ],
-        );
     }
 }
 

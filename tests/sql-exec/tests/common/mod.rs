@@ -28,9 +28,21 @@ pub trait Db {
     fn batch(&mut self, sql: &str);
     /// Runs one statement that takes no [`SqlParam::Now`], outside the request protocol.
     fn exec(&mut self, stmt: &Statement) -> Vec<SqlRow>;
-    fn insert_run(&mut self, r: &RunRow);
-    fn insert_instance(&mut self, i: &InstanceRow);
-    fn insert_intent(&mut self, i: &IntentRow);
+    /// Seeds a run exactly as given (the core's seeding statement).
+    fn insert_run(&mut self, r: &RunRow) {
+        let stmt = heart_fleet_core::sql::seed_run(self.dialect(), r);
+        self.exec(&stmt);
+    }
+    /// Seeds an instance exactly as given.
+    fn insert_instance(&mut self, i: &InstanceRow) {
+        let stmt = heart_fleet_core::sql::seed_instance(self.dialect(), i);
+        self.exec(&stmt);
+    }
+    /// Seeds an intent exactly as given.
+    fn insert_intent(&mut self, i: &IntentRow) {
+        let stmt = heart_fleet_core::sql::seed_intent(self.dialect(), i);
+        self.exec(&stmt);
+    }
     /// The database's clock, whole milliseconds.
     fn clock(&mut self) -> Timestamp {
         ask(self, &StoreRequest::Now, None).now
