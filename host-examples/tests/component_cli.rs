@@ -10,13 +10,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::io::Cursor;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::Output;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use clap::Parser;
-use heart_fleet_core::{InstanceRow, InstanceStatus, RunRow, RunStatus, Timestamp};
+mod common;
+
+use common::{cmd, fails, hf, json_lines, now_ms, ok, run_row, sqlite_store, temp_dir, text, uuid};
+use heart_fleet_core::{InstanceRow, InstanceStatus, RunStatus, Timestamp};
 use heart_fleet_host::Exit;
 use heart_fleet_host::cli::{self, Cli};
 use heart_fleet_wasmtime_host::FleetComponent;
@@ -35,82 +37,11 @@ fn require_component() {
     }
 }
 
-static N: AtomicUsize = AtomicUsize::new(0);
-
-fn temp_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "heart-component-cli-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn cmd(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_heart-fleet"));
-    c.current_dir(dir).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    c
-}
-
-fn hf(dir: &Path, args: &[&str]) -> Output {
-    cmd(dir, args).output().unwrap()
-}
-
 /// `heart-fleet --engine ENGINE --store URL ARGS…`.
 fn on(engine: &str, dir: &Path, url: &str, args: &[&str]) -> Output {
     let mut all = vec!["--engine", engine, "--store", url];
     all.extend_from_slice(args);
     hf(dir, &all)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8(b.to_vec()).unwrap()
-}
-
-#[track_caller]
-fn ok(out: &Output) -> String {
-    assert_eq!(out.status.code(), Some(0), "stdout: {}\nstderr: {}", text(&out.stdout), text(&out.stderr));
-    text(&out.stdout)
-}
-
-/// Exit status and the one-line error.
-#[track_caller]
-fn fails(out: &Output, code: i32) -> String {
-    assert_eq!(out.status.code(), Some(code), "stdout: {}\nstderr: {}", text(&out.stdout), text(&out.stderr));
-    let err = text(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "one line: {err}");
-    err
-}
-
-fn json_lines(s: &str) -> Vec<Value> {
-    s.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-fn uuid(n: u32) -> String {
-    format!("00000000-0000-4000-8000-{n:012}")
-}
-
-fn run_row(n: u32, status: RunStatus, owner: Option<&str>, expires: Option<i64>, created: i64) -> RunRow {
-    let mut r = RunRow::ready(uuid(n), format!("test:{n}"), Timestamp(created));
-    r.assignment_id = uuid(1000 + n);
-    r.status = status;
-    r.lease_owner = owner.map(str::to_owned);
-    r.lease_expires_at = expires.map(Timestamp);
-    r
-}
-
-/// A migrated SQLite store in `dir/name`.
-fn sqlite_store(dir: &Path, name: &str) -> String {
-    let url = format!("sqlite:{}", dir.join(name).display());
-    let out = ok(&hf(dir, &["--store", &url, "migrate"]));
-    assert!(out.contains("0001_schema: applied"), "{out}");
-    url
 }
 
 /// A row without what differs between two stores that did the same thing at different
@@ -134,7 +65,7 @@ fn receipt_shape(r: &Value) -> Value {
 #[test]
 fn canary_through_the_component_matches_the_native_crate() {
     require_component();
-    let dir = temp_dir();
+    let dir = temp_dir("heart-component-cli");
     let (native, component) = (sqlite_store(&dir, "native.db"), sqlite_store(&dir, "component.db"));
     for _ in 0..2 {
         let n_text = ok(&on("native", &dir, &native, &["canary", "--owner", "ops:canary"]));
@@ -177,7 +108,7 @@ fn wait_until_leased(dir: &Path, url: &str) {
 #[test]
 fn a_component_canary_and_a_native_canary_on_one_store_exclude_each_other() {
     require_component();
-    let dir = temp_dir();
+    let dir = temp_dir("heart-component-cli");
     let url = sqlite_store(&dir, "shared.db");
     // The row first (through the component), so the race is about the lease.
     ok(&on("component", &dir, &url, &["canary"]));
@@ -224,7 +155,7 @@ fn seed_recovery(url: &str, now: i64) {
 #[test]
 fn reclaim_and_runs_list_through_the_component_match_the_native_crate() {
     require_component();
-    let dir = temp_dir();
+    let dir = temp_dir("heart-component-cli");
     let (native, component) = (sqlite_store(&dir, "native.db"), sqlite_store(&dir, "component.db"));
     let now = now_ms();
     seed_recovery(&native, now);
@@ -298,7 +229,7 @@ fn simulate_json_through_the_component_gives_the_native_report() {
 #[test]
 fn simulate_processes_through_the_component_is_safe() {
     require_component();
-    let dir = temp_dir();
+    let dir = temp_dir("heart-component-cli");
     let url = sqlite_store(&dir, "procs.db");
     let out = on(
         "component",
@@ -315,7 +246,7 @@ fn simulate_processes_through_the_component_is_safe() {
 #[test]
 fn a_trap_inside_the_component_is_a_one_line_error() {
     require_component();
-    let dir = temp_dir();
+    let dir = temp_dir("heart-component-cli");
     let url = sqlite_store(&dir, "trap.db");
     // Starved of fuel, the component traps in its first call; the instance is discarded and
     // the command reports it: one line, exit 2, no panic.
@@ -335,7 +266,7 @@ fn a_trap_inside_the_component_is_a_one_line_error() {
 
 #[test]
 fn a_missing_component_says_how_to_build_it() {
-    let dir = temp_dir();
+    let dir = temp_dir("heart-component-cli");
     let url = sqlite_store(&dir, "none.db");
     let missing = dir.join("no-such-component.wasm");
     let store = ["--store", url.as_str()];

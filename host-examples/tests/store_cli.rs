@@ -6,88 +6,21 @@
 //! SKIPPED and pass, unless `CI` is set, where they fail.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use heart_fleet_core::{InstanceRow, InstanceStatus, RunRow, RunStatus, Timestamp};
+mod common;
+
+use common::{cmd, fails, hf, json_lines, now_ms, ok, run_row, sqlite_store, temp_dir, text, uuid};
+use heart_fleet_core::{InstanceRow, InstanceStatus, RunStatus, Timestamp};
 use serde_json::Value;
 
+/// Numbers the PostgreSQL schemas of this process's tests.
 static N: AtomicUsize = AtomicUsize::new(0);
-
-/// A fresh directory for one test (the binary runs there, so the embedded default stays in it).
-fn temp_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "heart-store-cli-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn cmd(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_heart-fleet"));
-    c.current_dir(dir).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    c
-}
-
-fn hf(dir: &Path, args: &[&str]) -> Output {
-    cmd(dir, args).output().unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8(b.to_vec()).unwrap()
-}
-
-#[track_caller]
-fn ok(out: &Output) -> String {
-    assert_eq!(out.status.code(), Some(0), "stdout: {}\nstderr: {}", text(&out.stdout), text(&out.stderr));
-    text(&out.stdout)
-}
-
-/// Exit status and the one-line error.
-#[track_caller]
-fn fails(out: &Output, code: i32) -> String {
-    assert_eq!(out.status.code(), Some(code), "stdout: {}\nstderr: {}", text(&out.stdout), text(&out.stderr));
-    let err = text(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "one line: {err}");
-    err
-}
-
-fn json_lines(s: &str) -> Vec<Value> {
-    s.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
-}
 
 fn t(ms: i64) -> Timestamp {
     Timestamp(ms)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-fn uuid(n: u32) -> String {
-    format!("00000000-0000-4000-8000-{n:012}")
-}
-
-/// A run in `status`, held by `owner` until `expires` when given.
-fn run_row(n: u32, status: RunStatus, owner: Option<&str>, expires: Option<i64>) -> RunRow {
-    let mut r = RunRow::ready(uuid(n), format!("test:{n}"), t(now_ms() - 60_000));
-    r.assignment_id = uuid(1000 + n);
-    r.status = status;
-    r.lease_owner = owner.map(str::to_owned);
-    r.lease_expires_at = expires.map(t);
-    r
-}
-
-/// A SQLite store URL in `dir`, migrated with the CLI.
-fn sqlite_store(dir: &Path) -> String {
-    let url = format!("sqlite:{}", dir.join("fleet.db").display());
-    let out = ok(&hf(dir, &["--store", &url, "migrate"]));
-    assert!(out.contains("0001_schema: applied"), "{out}");
-    url
 }
 
 // ------------------------------------------------------------------------------------------
@@ -145,9 +78,11 @@ fn racing_canaries_give_one_lease_held(dir: &Path, url: &str) {
 fn reclaim_recovers_expired_and_dead_holders(dir: &Path, url: &str) {
     let mut store = heart_fleet_stores::open(url).unwrap();
     let now = now_ms();
-    store.insert_run(&run_row(1, RunStatus::Leased, Some("dead-worker"), Some(now - 5_000))).unwrap();
-    store.insert_run(&run_row(2, RunStatus::Leased, Some("live-worker"), Some(now + 600_000))).unwrap();
-    store.insert_run(&run_row(3, RunStatus::Running, Some("silent-instance"), Some(now + 600_000))).unwrap();
+    store.insert_run(&run_row(1, RunStatus::Leased, Some("dead-worker"), Some(now - 5_000), now - 60_000)).unwrap();
+    store.insert_run(&run_row(2, RunStatus::Leased, Some("live-worker"), Some(now + 600_000), now - 60_000)).unwrap();
+    store
+        .insert_run(&run_row(3, RunStatus::Running, Some("silent-instance"), Some(now + 600_000), now - 60_000))
+        .unwrap();
     let silent = InstanceRow {
         instance_id: "silent-instance".into(),
         hostname: Some("h".into()),
@@ -177,8 +112,10 @@ fn reclaim_recovers_expired_and_dead_holders(dir: &Path, url: &str) {
 
 fn operator_actions(dir: &Path, url: &str) {
     let mut store = heart_fleet_stores::open(url).unwrap();
-    store.insert_run(&run_row(11, RunStatus::Quarantined, None, None)).unwrap();
-    store.insert_run(&run_row(12, RunStatus::Leased, Some("stuck-worker"), Some(now_ms() + 600_000))).unwrap();
+    store.insert_run(&run_row(11, RunStatus::Quarantined, None, None, now_ms() - 60_000)).unwrap();
+    store
+        .insert_run(&run_row(12, RunStatus::Leased, Some("stuck-worker"), Some(now_ms() + 600_000), now_ms() - 60_000))
+        .unwrap();
     drop(store);
     let receipts = dir.join("ops.jsonl");
     let rf = receipts.to_str().unwrap();
@@ -243,8 +180,8 @@ fn check_safe_report(out: &Output) -> Value {
 
 #[test]
 fn migrate_twice_and_canary_twice_on_sqlite() {
-    let dir = temp_dir();
-    let url = sqlite_store(&dir);
+    let dir = temp_dir("heart-store-cli");
+    let url = sqlite_store(&dir, "fleet.db");
     let again = ok(&hf(&dir, &["--store", &url, "migrate"]));
     assert!(again.contains("0001_schema: already applied") && again.contains("(0 applied now)"), "{again}");
     canary_twice_reuses_the_row(&dir, &url);
@@ -252,7 +189,7 @@ fn migrate_twice_and_canary_twice_on_sqlite() {
 
 #[test]
 fn canary_on_the_embedded_default_creates_it() {
-    let dir = temp_dir();
+    let dir = temp_dir("heart-store-cli");
     let out = hf(&dir, &["canary"]);
     assert_eq!(beat(&ok(&out))["ran"], true);
     assert!(text(&out.stderr).contains("created the tables of the embedded store sqlite:heart-fleet.db"));
@@ -264,29 +201,29 @@ fn canary_on_the_embedded_default_creates_it() {
 
 #[test]
 fn racing_canaries_on_sqlite() {
-    let dir = temp_dir();
-    let url = sqlite_store(&dir);
+    let dir = temp_dir("heart-store-cli");
+    let url = sqlite_store(&dir, "fleet.db");
     racing_canaries_give_one_lease_held(&dir, &url);
 }
 
 #[test]
 fn reclaim_on_sqlite() {
-    let dir = temp_dir();
-    let url = sqlite_store(&dir);
+    let dir = temp_dir("heart-store-cli");
+    let url = sqlite_store(&dir, "fleet.db");
     reclaim_recovers_expired_and_dead_holders(&dir, &url);
 }
 
 #[test]
 fn runs_commands_on_sqlite() {
-    let dir = temp_dir();
-    let url = sqlite_store(&dir);
+    let dir = temp_dir("heart-store-cli");
+    let url = sqlite_store(&dir, "fleet.db");
     operator_actions(&dir, &url);
 }
 
 #[test]
 fn instances_commands() {
-    let dir = temp_dir();
-    let url = sqlite_store(&dir);
+    let dir = temp_dir("heart-store-cli");
+    let url = sqlite_store(&dir, "fleet.db");
     let row: Value =
         serde_json::from_str(&ok(&hf(&dir, &["--store", &url, "instances", "register", "w-1", "--pid", "42"])))
             .unwrap();
@@ -309,8 +246,8 @@ fn instances_commands() {
 
 #[test]
 fn metrics_are_prometheus_text_from_the_store() {
-    let dir = temp_dir();
-    let url = sqlite_store(&dir);
+    let dir = temp_dir("heart-store-cli");
+    let url = sqlite_store(&dir, "fleet.db");
     ok(&hf(&dir, &["--store", &url, "canary"]));
     let m = ok(&hf(&dir, &["--store", &url, "metrics"]));
     assert!(m.contains("# TYPE heart_fleet_receipts_total counter\n"), "{m}");
@@ -328,8 +265,8 @@ fn metrics_are_prometheus_text_from_the_store() {
 
 #[test]
 fn simulate_processes_with_kills_on_sqlite() {
-    let dir = temp_dir();
-    let url = sqlite_store(&dir);
+    let dir = temp_dir("heart-store-cli");
+    let url = sqlite_store(&dir, "fleet.db");
     let out = hf(&dir, &["--store", &url, "simulate", "--processes", "3", "--ttl", "2", "--seed", "5", "--json"]);
     let r = check_safe_report(&out);
     assert_eq!(r["mode"], "processes");
@@ -340,7 +277,7 @@ fn simulate_processes_with_kills_on_sqlite() {
 
 #[test]
 fn simulate_processes_defaults_to_a_temporary_store() {
-    let dir = temp_dir();
+    let dir = temp_dir("heart-store-cli");
     let out = hf(&dir, &["simulate", "--processes", "2", "--runs", "3", "--ttl", "2", "--kills", "1", "--quiet"]);
     let stdout = ok(&out);
     assert!(stdout.starts_with("== heart-fleet simulate report (processes) =="), "{stdout}");
@@ -354,7 +291,7 @@ fn simulate_processes_defaults_to_a_temporary_store() {
 
 #[test]
 fn bad_stores_are_one_line_errors() {
-    let dir = temp_dir();
+    let dir = temp_dir("heart-store-cli");
     let e = fails(&hf(&dir, &["--store", "mysql://u:secret@h/db", "canary"]), 2);
     assert!(e.starts_with("heart-fleet: unknown store URL \"mysql://u:****@h/db\""), "{e}");
     let e = fails(&hf(&dir, &["--store", "postgres://heart:secret@127.0.0.1:1/nowhere", "runs", "list"]), 2);
@@ -379,8 +316,8 @@ fn bad_stores_are_one_line_errors() {
 
 #[test]
 fn bad_input_is_named() {
-    let dir = temp_dir();
-    let url = sqlite_store(&dir);
+    let dir = temp_dir("heart-store-cli");
+    let url = sqlite_store(&dir, "fleet.db");
     // A malformed receipts file: verify names the lines and exits 1.
     let bad = dir.join("bad.jsonl");
     std::fs::write(&bad, b"{\"schemaVersion\":\"zao.heart.receipt.v1\"\n\xff\xfe\n[]\n").unwrap();
@@ -477,7 +414,7 @@ fn pg_migrated(base: &str, dir: &Path) -> PgSchema {
 #[test]
 fn postgres_migrate_canary_and_race() {
     let Some(base) = database_url() else { return };
-    let dir = temp_dir();
+    let dir = temp_dir("heart-store-cli");
     let s = pg_migrated(&base, &dir);
     canary_twice_reuses_the_row(&dir, &s.url);
     racing_canaries_give_one_lease_held(&dir, &s.url);
@@ -486,7 +423,7 @@ fn postgres_migrate_canary_and_race() {
 #[test]
 fn postgres_reclaim_and_runs() {
     let Some(base) = database_url() else { return };
-    let dir = temp_dir();
+    let dir = temp_dir("heart-store-cli");
     let s = pg_migrated(&base, &dir);
     reclaim_recovers_expired_and_dead_holders(&dir, &s.url);
     operator_actions(&dir, &s.url);
@@ -495,7 +432,7 @@ fn postgres_reclaim_and_runs() {
 #[test]
 fn postgres_simulate_processes_with_kills() {
     let Some(base) = database_url() else { return };
-    let dir = temp_dir();
+    let dir = temp_dir("heart-store-cli");
     let s = pg_migrated(&base, &dir);
     let out = hf(&dir, &["--store", &s.url, "simulate", "--processes", "3", "--ttl", "2", "--seed", "7", "--json"]);
     let r = check_safe_report(&out);
