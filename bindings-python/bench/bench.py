@@ -1,0 +1,164 @@
+"""Benchmarks of the Python binding (timeit; no pytest):
+
+1. the acquire -> verify -> release cycle (3 receipts, each handed to a sink that drops it)
+   on a resource run released back to ``ready``: over the Rust MemoryLeaseStore (driven
+   inside Rust) through the blocking and the asyncio API, and over pure-Python store objects
+   forwarding to a memory store (blocking ``execute_json``, asyncio ``execute_json``);
+2. digest of small, medium and large values: ``heart_fleet.digest`` (the reference's
+   canonical JSON) against ``hashlib.sha256(json.dumps(v, sort_keys=True))`` (a plain
+   sorted-keys digest, not byte-compatible with the reference, as a floor).
+
+    python bench/bench.py            # about 1 s per row
+    python bench/bench.py --seconds 0.3
+
+Prints a Markdown table (for BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import heart_fleet as hf
+
+T0 = "2026-07-30T00:00:00.000Z"
+
+
+def drop(_r: hf.HeartReceipt) -> None:
+    pass
+
+
+def measure(fn: Callable[[int], None], seconds: float) -> tuple[float, float]:
+    """(median, min) microseconds per call over 5 rounds of ~seconds/5 each."""
+    n = 1
+    while True:  # calibrate
+        t = time.perf_counter()
+        fn(n)
+        dt = time.perf_counter() - t
+        if dt > 0.05:
+            break
+        n *= 2
+    per_round = max(1, int(n * (seconds / 5) / dt))
+    samples = []
+    for _ in range(5):
+        t = time.perf_counter()
+        fn(per_round)
+        samples.append((time.perf_counter() - t) / per_round * 1e6)
+    return statistics.median(samples), min(samples)
+
+
+def sync_cycle(heart: hf.HeartFleet, run_id: str) -> Callable[[int], None]:
+    def go(n: int) -> None:
+        for _ in range(n):
+            a = heart.acquire(run_id, "worker-A", 60)
+            assert a.fence is not None
+            assert heart.verify_fence(a.fence)
+            assert heart.release(a.fence, "ready") is not None
+
+    return go
+
+
+def async_cycle(heart: hf.HeartFleet, run_id: str) -> Callable[[int], None]:
+    async def cycles(n: int) -> None:
+        for _ in range(n):
+            a = await heart.acquire_async(run_id, "worker-A", 60)
+            assert a.fence is not None
+            assert await heart.verify_fence_async(a.fence)
+            assert await heart.release_async(a.fence, "ready") is not None
+
+    loop = asyncio.new_event_loop()
+    return lambda n: loop.run_until_complete(cycles(n))
+
+
+def bare(heart: hf.HeartFleet, run_id: str) -> Callable[[int], None]:
+    nf = heart._native
+    acquire = json.dumps({"runId": run_id, "owner": "worker-A", "ttlSeconds": 60})
+
+    def go(n: int) -> None:
+        for _ in range(n):
+            step = json.loads(nf.begin("acquire", acquire))
+            fence = json.dumps({"fence": step["ok"]["fence"]})
+            nf.begin("verify", fence)
+            nf.begin("release", fence[:-1] + ',"nextStatus":"ready"}')
+
+    return go
+
+
+class SyncText:
+    def __init__(self, memory: hf.MemoryLeaseStore) -> None:
+        self.memory = memory
+
+    def execute_json(self, text: str) -> str:
+        return self.memory.execute_json(text)
+
+
+class AsyncText:
+    def __init__(self, memory: hf.MemoryLeaseStore) -> None:
+        self.memory = memory
+
+    async def execute_json(self, text: str) -> str:
+        return self.memory.execute_json(text)
+
+
+def fleet(store: Any) -> tuple[hf.HeartFleet, str]:
+    heart = hf.HeartFleet(store, on_receipt=drop)
+    run = asyncio.run(heart.ensure_resource_run_async("bench", "cycle")).run
+    return heart, run.id
+
+
+def values() -> dict[str, Any]:
+    small = {"b": 1, "a": [1, 2], "c": "x"}
+    medium = {f"k{i}": {"n": i, "s": "é" * 5, "l": [i, i + 0.5, None, True]} for i in range(20)}
+    large = {f"k{i}": {"n": i, "s": "text" * 10, "l": list(range(20)), "o": {"x": i / 3}} for i in range(300)}
+    return {"small": small, "medium (20 keys)": medium, "large (300 keys)": large}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--seconds", type=float, default=1.0)
+    args = p.parse_args()
+    s = args.seconds
+    rows: list[tuple[str, float, float]] = []
+
+    heart, rid = fleet(hf.MemoryLeaseStore(T0))
+    rows.append(("cycle, MemoryLeaseStore (Rust), blocking API", *measure(sync_cycle(heart, rid), s)))
+    heart, rid = fleet(hf.MemoryLeaseStore(T0))
+    rows.append(("cycle, bare native calls (NativeFleet.begin x3, JSON text, no Python API layer)", *measure(bare(heart, rid), s)))
+    heart, rid = fleet(hf.MemoryLeaseStore(T0))
+    rows.append(("cycle, MemoryLeaseStore (Rust), asyncio API", *measure(async_cycle(heart, rid), s)))
+    heart, rid = fleet(SyncText(hf.MemoryLeaseStore(T0)))
+    rows.append(("cycle, Python store object (blocking execute_json), blocking API", *measure(sync_cycle(heart, rid), s)))
+    heart, rid = fleet(AsyncText(hf.MemoryLeaseStore(T0)))
+    rows.append(("cycle, Python store object (async execute_json), asyncio API", *measure(async_cycle(heart, rid), s)))
+    for name, v in values().items():
+
+        def ours(n: int, v: Any = v) -> None:
+            for _ in range(n):
+                hf.digest(v)
+
+        def base(n: int, v: Any = v) -> None:
+            for _ in range(n):
+                hashlib.sha256(json.dumps(v, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+        rows.append((f"digest {name}: heart_fleet.digest", *measure(ours, s)))
+        rows.append((f"digest {name}: hashlib.sha256(json.dumps(sort_keys=True))", *measure(base, s)))
+
+    print(f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    print()
+    print("| task | median µs/op | min µs/op | ops/s (median) |")
+    print("|---|---:|---:|---:|")
+    for name, med, mn in rows:
+        print(f"| {name} | {med:.2f} | {mn:.2f} | {1e6 / med:,.0f} |")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

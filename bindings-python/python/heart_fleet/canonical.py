@@ -1,0 +1,126 @@
+"""Canonical JSON, digests, deterministic ids, effect keys and receipt verification.
+
+The canonical form is the reference's ``dreamnet-sorted-json``: keys in UTF-16 code-unit
+order, JavaScript number formatting, ``JSON.stringify`` string escaping. It is computed by
+the Rust core from the JSON text of a Python value (``json.dumps``), so it is byte for byte
+what every other runtime of heart-fleet produces.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from . import _check
+from . import _native
+from .errors import InvalidInputError, InvalidTypeError
+from .types import HeartReceipt
+
+__all__ = [
+    "DIGEST_PREFIX",
+    "RECEIPT_SCHEMA_VERSION",
+    "canonicalize",
+    "digest",
+    "canonical_sha256",
+    "sha256_hex",
+    "deterministic_resource_id",
+    "effect_key",
+    "verify_receipt",
+]
+
+DIGEST_PREFIX = "sha256:dreamnet-sorted-json:v0:"
+RECEIPT_SCHEMA_VERSION = "zao.heart.receipt.v1"
+
+
+def _js_number(x: float) -> str:
+    if math.isnan(x):
+        return "NaN"
+    return "Infinity" if x > 0 else "-Infinity"
+
+
+def _find_bad(v: Any, seen: set[int]) -> Exception | None:
+    """The reference's error for the first value canonical JSON cannot hold."""
+    if v is None or isinstance(v, (bool, str, int)):
+        return None
+    if isinstance(v, float):
+        if math.isfinite(v):
+            return None
+        return InvalidInputError(f"Canonical JSON Error: Non-finite number {_js_number(v)} cannot be serialized.")
+    if isinstance(v, (list, tuple, Mapping)):
+        if id(v) in seen:
+            return InvalidTypeError("Canonical JSON Error: circular structure")
+        seen.add(id(v))
+        items = v.values() if isinstance(v, Mapping) else v
+        if isinstance(v, Mapping):
+            for k in v:
+                if not isinstance(k, str):
+                    return InvalidTypeError(f"Canonical JSON Error: object keys must be str, got {type(k).__name__}")
+        for x in items:
+            bad = _find_bad(x, seen)
+            if bad is not None:
+                return bad
+        seen.discard(id(v))
+        return None
+    return InvalidTypeError(f"Canonical JSON Error: Unsupported value type {type(v).__name__}")
+
+
+def json_text(value: Any) -> str:
+    """JSON text of a value for the core; the reference's errors for what JSON cannot hold."""
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (ValueError, TypeError, RecursionError):
+        bad = _find_bad(value, set())
+        raise (bad or InvalidTypeError("Canonical JSON Error: the value is not JSON")) from None
+
+
+def canonicalize(value: Any) -> str:
+    """The canonical JSON text of a JSON value (dicts with str keys, lists, tuples, str,
+    int, finite float, bool, None)."""
+    return str(_native.canonicalize_json(json_text(value)))
+
+
+def digest(value: Any) -> str:
+    """``sha256:dreamnet-sorted-json:v0:`` + sha256 hex of the canonical form."""
+    return str(_native.digest_json(json_text(value)))
+
+
+def canonical_sha256(value: Any) -> str:
+    """Lowercase sha256 hex of the canonical form."""
+    return str(_native.canonical_sha256_json(json_text(value)))
+
+
+def sha256_hex(text: str) -> str:
+    """Lowercase sha256 hex of the UTF-8 bytes of ``text``."""
+    if not isinstance(text, str):
+        raise InvalidTypeError(f"sha256_hex: text must be a str, got {_check.describe(text)}")
+    return str(_native.sha256_hex(text))
+
+
+def deterministic_resource_id(kind: str, key: str) -> str:
+    """``heart:resource:`` + sha256 hex of the canonical ``{kind, key}`` (both non-empty)."""
+    for name, v in (("kind", kind), ("key", key)):
+        if not isinstance(v, str):
+            raise InvalidTypeError(f"{name} must be a str, got {_check.describe(v)}")
+    return str(_native.deterministic_resource_id(kind, key))
+
+
+def effect_key(prefix: str, identity: Any) -> str:
+    """``prefix + ":" +`` sha256 hex of the canonical form of ``identity``."""
+    if not isinstance(prefix, str):
+        raise InvalidTypeError(f"prefix must be a str, got {_check.describe(prefix)}")
+    return str(_native.effect_key_json(prefix, json_text(identity)))
+
+
+def verify_receipt(receipt: HeartReceipt | Mapping[str, Any]) -> bool:
+    """``True`` when the receipt's digest matches its fields; raises
+    ``ReceiptTamperedError`` when it does not, ``InvalidInputError`` when it is not a receipt."""
+    if isinstance(receipt, HeartReceipt):
+        data: Any = receipt.to_dict()
+    elif isinstance(receipt, Mapping):
+        data = dict(receipt)
+    else:
+        raise InvalidTypeError(f"verify_receipt: a receipt is a HeartReceipt or a mapping, got {_check.describe(receipt)}")
+    _native.verify_receipt_json(json_text(data))
+    return True

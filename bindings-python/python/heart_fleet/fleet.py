@@ -1,0 +1,467 @@
+"""HeartFleet: the lease layer over one store, with a blocking and an asyncio method for
+every operation (``acquire`` / ``acquire_async``, ...)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable
+from typing import Any
+
+from . import _check, _driver
+from . import _native
+from .errors import InvalidTypeError
+from .memory import MemoryLeaseStore
+from .types import (
+    AcquireResult,
+    EnsuredRun,
+    FencedOutcome,
+    FencingToken,
+    HeartReceipt,
+    InstanceRow,
+    LivenessResult,
+    Metrics,
+    ReclaimResult,
+    RunRow,
+)
+
+__all__ = ["HeartFleet", "ensure_resource_run", "ensure_resource_run_async", "check_store"]
+
+#: (kind, args JSON text, post-processing of the final value)
+Plan = tuple[str, str, Callable[[Any], Any]]
+
+_INVALID_ACQUIRE = AcquireResult(acquired=False, run=None, reason="Invalid input", code="invalid-input")
+
+
+def check_store(store: object) -> None:
+    """A store is a :class:`MemoryLeaseStore` or an object with ``execute(request) ->
+    answer`` or ``execute_json(text) -> text`` (either may be a coroutine function)."""
+    if isinstance(store, MemoryLeaseStore):
+        return
+    if not (callable(getattr(store, "execute_json", None)) or callable(getattr(store, "execute", None))):
+        raise InvalidTypeError(
+            "HeartFleet: store must be a MemoryLeaseStore or an object with execute(request) -> "
+            f"StoreAnswer or execute_json(text) -> text, got {_check.describe(store)}"
+        )
+
+
+def _args(**kw: Any) -> str:
+    return json.dumps(kw, separators=(",", ":"))
+
+
+def _identity(v: Any) -> Any:
+    return v
+
+
+def _fenced_token(v: Any) -> FencedOutcome:
+    if v.get("outcome") == "ok":
+        return FencedOutcome("ok", value=FencingToken.from_json(v["value"]))
+    return FencedOutcome("rejected", cause=v.get("cause"), code="fence-rejected")
+
+
+def _fenced_row(v: Any) -> FencedOutcome:
+    if v.get("outcome") == "ok":
+        return FencedOutcome("ok", value=RunRow.from_json(v["value"]))
+    return FencedOutcome("rejected", cause=v.get("cause"), code="fence-rejected")
+
+
+def _run_or_none(v: Any) -> RunRow | None:
+    return None if v is None else RunRow.from_json(v)
+
+
+def _runs(v: Any) -> list[RunRow]:
+    return [RunRow.from_json(r) for r in v]
+
+
+def _instances(v: Any) -> list[InstanceRow]:
+    return [InstanceRow.from_json(r) for r in v]
+
+
+def _value(outcome: FencedOutcome) -> Any:
+    return outcome.value if outcome.ok else None
+
+
+class HeartFleet:
+    """The lease layer over one store (the reference's ``HeartFleet``).
+
+    ``HeartFleet(store, *, on_receipt=None, max_retries=5)``: ``max_retries=None`` never
+    quarantines. Without ``on_receipt`` receipts are kept and :meth:`receipts` returns them;
+    with it each receipt goes to the sink (its errors are swallowed, as in the reference)
+    and :meth:`receipts` is empty.
+
+    Every operation has a blocking method and an ``*_async`` twin. The blocking methods
+    call the store's methods directly (a sync store); the ``*_async`` methods await them
+    when they return awaitables (an asyncio store), so the event loop keeps running. A
+    fleet over a :class:`MemoryLeaseStore` runs each operation inside Rust.
+    """
+
+    __slots__ = ("_native", "_store", "_text_store", "_async_store", "_on_receipt", "max_retries", "__weakref__")
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        on_receipt: Callable[[HeartReceipt], Any] | None = None,
+        max_retries: int | None = 5,
+    ) -> None:
+        check_store(store)
+        if on_receipt is not None and not callable(on_receipt):
+            raise InvalidTypeError(f"HeartFleet: on_receipt must be callable, got {_check.describe(on_receipt)}")
+        if max_retries is not None:
+            _check.integer("max_retries", max_retries, 0, _check.U32)
+        self._store = store
+        self.max_retries = max_retries
+        self._on_receipt = on_receipt
+        self._text_store = callable(getattr(store, "execute_json", None))
+        method = getattr(store, "execute_json" if self._text_store else "execute", None)
+        self._async_store = inspect.iscoroutinefunction(method)
+        self._native = _native.NativeFleet(max_retries, on_receipt is not None)
+        if isinstance(store, MemoryLeaseStore):
+            self._native.attach_memory_store(store._native)
+
+    @property
+    def store(self) -> Any:
+        """The store."""
+        return self._store
+
+    # -- counters and receipts -------------------------------------------------------------
+
+    @property
+    def metrics(self) -> Metrics:
+        """The 13 counters (a snapshot)."""
+        return Metrics(*self._native.metrics())
+
+    def prometheus(self) -> str:
+        """The counters in the Prometheus text exposition format."""
+        return str(self._native.prometheus())
+
+    def receipts(self) -> list[HeartReceipt]:
+        """The receipts kept so far (empty when ``on_receipt`` was given)."""
+        if self._native.receipt_count() == 0:
+            return []
+        return [HeartReceipt.from_json(r) for r in json.loads(self._native.receipts_json())]
+
+    def _deliver(self, receipts: list[dict[str, Any]]) -> None:
+        sink = self._on_receipt
+        if sink is None:
+            return
+        for r in receipts:
+            try:
+                out = sink(HeartReceipt.from_json(r))
+                if inspect.isawaitable(out):
+                    _schedule(out)
+            except Exception:  # noqa: BLE001,S110 - the reference swallows sink errors
+                pass
+
+    # -- running plans ---------------------------------------------------------------------
+
+    def _run(self, plan: Plan, host: Any = None) -> Any:
+        kind, args, post = plan
+        return post(_driver.ok_of(_driver.drive_sync(self, kind, args, host)))
+
+    async def _run_async(self, plan: Plan, host: Any = None) -> Any:
+        kind, args, post = plan
+        return post(_driver.ok_of(await _driver.drive_async(self, kind, args, host)))
+
+    # -- acquire ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _acquire(run_id: object, owner: object, ttl_seconds: object) -> Plan | None:
+        for name, v in (("run_id", run_id), ("owner", owner)):
+            if not isinstance(v, str):
+                _check.type_error(f"{name} must be a str, got {_check.describe(v)}")
+        if not _check.is_int(ttl_seconds):
+            _check.type_error(f"ttl_seconds must be an int, got {_check.describe(ttl_seconds)}")
+        assert isinstance(ttl_seconds, int)
+        if run_id == "" or owner == "" or not 1 <= ttl_seconds <= _check.MAX_TTL_SECONDS:
+            return None
+        return ("acquire", _args(runId=run_id, owner=owner, ttlSeconds=ttl_seconds), AcquireResult.from_json)
+
+    def acquire(self, run_id: str, owner: str, ttl_seconds: int) -> AcquireResult:
+        """Acquires a fenced lease on a run: ``AcquireResult(acquired, run, fence?, reason?, code?)``.
+
+        A held run, a quarantined run or a missing run answer ``acquired=False`` with the
+        reference's reason and a code. Bad values (an empty id, a ttl outside
+        ``1..=31_536_000``) give the reference's ``reason="Invalid input"``,
+        ``code="invalid-input"``; a value of the wrong type raises ``InvalidTypeError``. A
+        store failure raises ``StoreUnavailableError``.
+        """
+        plan = self._acquire(run_id, owner, ttl_seconds)
+        return _INVALID_ACQUIRE if plan is None else self._run(plan)
+
+    async def acquire_async(self, run_id: str, owner: str, ttl_seconds: int) -> AcquireResult:
+        """:meth:`acquire`, awaiting the store."""
+        plan = self._acquire(run_id, owner, ttl_seconds)
+        return _INVALID_ACQUIRE if plan is None else await self._run_async(plan)
+
+    # -- renew / release / verify ------------------------------------------------------------
+
+    @staticmethod
+    def _renew(fence: object, ttl_seconds: object) -> Plan:
+        f = _check.fence("fence", fence)
+        ttl = _check.integer("ttl_seconds", ttl_seconds, 1, _check.MAX_TTL_SECONDS)
+        return ("renew", _args(fence=f, ttlSeconds=ttl), _fenced_token)
+
+    def try_renew(self, fence: FencingToken, ttl_seconds: int) -> FencedOutcome:
+        """Renews the lease: ``FencedOutcome("ok", value=<new token>)`` or ``("rejected", cause=...)``."""
+        return self._run(self._renew(fence, ttl_seconds))  # type: ignore[no-any-return]
+
+    async def try_renew_async(self, fence: FencingToken, ttl_seconds: int) -> FencedOutcome:
+        """:meth:`try_renew`, awaiting the store."""
+        return await self._run_async(self._renew(fence, ttl_seconds))  # type: ignore[no-any-return]
+
+    def renew(self, fence: FencingToken, ttl_seconds: int) -> FencingToken | None:
+        """The new token, or ``None`` when the token no longer holds the lease."""
+        return _value(self.try_renew(fence, ttl_seconds))  # type: ignore[no-any-return]
+
+    async def renew_async(self, fence: FencingToken, ttl_seconds: int) -> FencingToken | None:
+        """:meth:`renew`, awaiting the store."""
+        return _value(await self.try_renew_async(fence, ttl_seconds))  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _release(fence: object, next_status: object) -> Plan:
+        f = _check.fence("fence", fence)
+        to = _check.status("next_status", next_status, _check.NEXT_STATUSES)
+        return ("release", _args(fence=f, nextStatus=to), _fenced_row)
+
+    def try_release(self, fence: FencingToken, next_status: str = "completed") -> FencedOutcome:
+        """Releases the lease: ``FencedOutcome("ok", value=<row>)`` or ``("rejected", cause=...)``."""
+        return self._run(self._release(fence, next_status))  # type: ignore[no-any-return]
+
+    async def try_release_async(self, fence: FencingToken, next_status: str = "completed") -> FencedOutcome:
+        """:meth:`try_release`, awaiting the store."""
+        return await self._run_async(self._release(fence, next_status))  # type: ignore[no-any-return]
+
+    def release(self, fence: FencingToken, next_status: str = "completed") -> RunRow | None:
+        """Releases the lease to ``next_status`` (``completed``, ``failed``, ``cancelled``, or
+        ``ready`` for resource runs: back to ``ready`` with ``retries = 0``). Returns the row,
+        or ``None`` when the token no longer holds the lease."""
+        return _value(self.try_release(fence, next_status))  # type: ignore[no-any-return]
+
+    async def release_async(self, fence: FencingToken, next_status: str = "completed") -> RunRow | None:
+        """:meth:`release`, awaiting the store."""
+        return _value(await self.try_release_async(fence, next_status))  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _verify(fence: object) -> Plan:
+        return ("verify", _args(fence=_check.fence("fence", fence)), bool)
+
+    def verify_fence(self, fence: FencingToken) -> bool:
+        """Whether the token holds a live lease (one conditional write)."""
+        return self._run(self._verify(fence))  # type: ignore[no-any-return]
+
+    async def verify_fence_async(self, fence: FencingToken) -> bool:
+        """:meth:`verify_fence`, awaiting the store."""
+        return await self._run_async(self._verify(fence))  # type: ignore[no-any-return]
+
+    # -- recovery --------------------------------------------------------------------------
+
+    @staticmethod
+    def _reclaim(limit: object) -> Plan:
+        return ("reclaim", _args(limit=_check.integer("limit", limit, 0, _check.U32)), ReclaimResult.from_json)
+
+    def reclaim_expired(self, limit: int = 100) -> ReclaimResult:
+        """The sweeper: expired leases back to ``ready`` (``quarantined`` at the retry ceiling)."""
+        return self._run(self._reclaim(limit))  # type: ignore[no-any-return]
+
+    async def reclaim_expired_async(self, limit: int = 100) -> ReclaimResult:
+        """:meth:`reclaim_expired`, awaiting the store."""
+        return await self._run_async(self._reclaim(limit))  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _liveness(ttl_ms: object, limit: object) -> Plan:
+        return (
+            "liveness",
+            _args(
+                ttlMs=_check.integer("ttl_ms", ttl_ms, 0, _check.I53),
+                limit=_check.integer("max_reclaims_per_cycle", limit, 0, _check.U32),
+            ),
+            LivenessResult.from_json,
+        )
+
+    def reclaim_dead_instance_runs(self, ttl_ms: int = 90_000, max_reclaims_per_cycle: int = 200) -> LivenessResult:
+        """The liveness pass: instances silent for more than ``ttl_ms`` are declared dead and
+        the runs they hold are recovered (retry ceiling, receipts and counters included)."""
+        return self._run(self._liveness(ttl_ms, max_reclaims_per_cycle))  # type: ignore[no-any-return]
+
+    async def reclaim_dead_instance_runs_async(
+        self, ttl_ms: int = 90_000, max_reclaims_per_cycle: int = 200
+    ) -> LivenessResult:
+        """:meth:`reclaim_dead_instance_runs`, awaiting the store."""
+        return await self._run_async(self._liveness(ttl_ms, max_reclaims_per_cycle))  # type: ignore[no-any-return]
+
+    # -- instances -------------------------------------------------------------------------
+
+    @staticmethod
+    def _register(instance_id: object, hostname: object, pid: object, metadata: object) -> Plan:
+        iid = _check.text("instance_id", instance_id)
+        host = _check.opt_text("hostname", hostname)
+        p = _check.opt_integer("pid", pid, 0, _check.I53, None)
+        meta = json.loads(_check.to_json(metadata, "metadata"))
+        return (
+            "registerInstance",
+            _args(instanceId=iid, hostname=host, pid=p, metadata=meta),
+            InstanceRow.from_json,
+        )
+
+    def register_instance(
+        self, instance_id: str, *, hostname: str | None = None, pid: int | None = None, metadata: Any = None
+    ) -> InstanceRow:
+        """Registers (or re-registers) an instance as ``alive``; returns its row."""
+        return self._run(self._register(instance_id, hostname, pid, metadata))  # type: ignore[no-any-return]
+
+    async def register_instance_async(
+        self, instance_id: str, *, hostname: str | None = None, pid: int | None = None, metadata: Any = None
+    ) -> InstanceRow:
+        """:meth:`register_instance`, awaiting the store."""
+        return await self._run_async(self._register(instance_id, hostname, pid, metadata))  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _instance(kind: str, instance_id: object) -> Plan:
+        return (kind, _args(instanceId=_check.text("instance_id", instance_id)), bool)
+
+    def heartbeat_instance(self, instance_id: str) -> bool:
+        """Heartbeats an instance; ``False`` when it is unknown or dead (it must re-register)."""
+        return self._run(self._instance("heartbeatInstance", instance_id))  # type: ignore[no-any-return]
+
+    async def heartbeat_instance_async(self, instance_id: str) -> bool:
+        """:meth:`heartbeat_instance`, awaiting the store."""
+        return await self._run_async(self._instance("heartbeatInstance", instance_id))  # type: ignore[no-any-return]
+
+    def drain_instance(self, instance_id: str) -> bool:
+        """Marks an instance ``draining`` (live until it goes silent)."""
+        return self._run(self._instance("drainInstance", instance_id))  # type: ignore[no-any-return]
+
+    async def drain_instance_async(self, instance_id: str) -> bool:
+        """:meth:`drain_instance`, awaiting the store."""
+        return await self._run_async(self._instance("drainInstance", instance_id))  # type: ignore[no-any-return]
+
+    def list_instances(self) -> list[InstanceRow]:
+        """Every instance."""
+        return self._run(("listInstances", "{}", _instances))  # type: ignore[no-any-return]
+
+    async def list_instances_async(self) -> list[InstanceRow]:
+        """:meth:`list_instances`, awaiting the store."""
+        return await self._run_async(("listInstances", "{}", _instances))  # type: ignore[no-any-return]
+
+    # -- resource runs ---------------------------------------------------------------------
+
+    @staticmethod
+    def _ensure(kind: object, key: object, objective: object, created_by: object) -> Plan:
+        k = _check.text("kind", kind)
+        y = _check.text("key", key)
+        obj = f"resource {k}:{y}" if objective is None else _check.text("objective", objective)
+        by = f"heart-fleet:{k}" if created_by is None else _check.text("created_by", created_by)
+        return (
+            "ensureResourceRun",
+            _args(kind=k, key=y, objective=obj, createdBy=by),
+            EnsuredRun.from_json,
+        )
+
+    def ensure_resource_run(
+        self, kind: str, key: str, *, objective: str | None = None, created_by: str | None = None
+    ) -> EnsuredRun:
+        """Find-or-create the run of a resource by ``deterministic_resource_id(kind, key)`` as
+        its idempotency key (race-safe; the store supplies the row id)."""
+        return self._run(self._ensure(kind, key, objective, created_by))  # type: ignore[no-any-return]
+
+    async def ensure_resource_run_async(
+        self, kind: str, key: str, *, objective: str | None = None, created_by: str | None = None
+    ) -> EnsuredRun:
+        """:meth:`ensure_resource_run`, awaiting the store."""
+        return await self._run_async(self._ensure(kind, key, objective, created_by))  # type: ignore[no-any-return]
+
+    # -- operator actions ------------------------------------------------------------------
+
+    @staticmethod
+    def _list_runs(status: object, limit: object) -> Plan:
+        st = None if status is None else _check.status("status", status, _check.RUN_STATUSES)
+        return ("listRuns", _args(status=st, limit=_check.integer("limit", limit, 0, _check.U32)), _runs)
+
+    def list_runs(self, status: str | None = None, limit: int = 100) -> list[RunRow]:
+        """Operator: runs, optionally of one status, most recently updated first."""
+        return self._run(self._list_runs(status, limit))  # type: ignore[no-any-return]
+
+    async def list_runs_async(self, status: str | None = None, limit: int = 100) -> list[RunRow]:
+        """:meth:`list_runs`, awaiting the store."""
+        return await self._run_async(self._list_runs(status, limit))  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _show(run_id: object) -> Plan:
+        return ("showRun", _args(runId=_check.text("run_id", run_id)), _run_or_none)
+
+    def get_run(self, run_id: str) -> RunRow | None:
+        """Operator: one run, or ``None``."""
+        return self._run(self._show(run_id))  # type: ignore[no-any-return]
+
+    async def get_run_async(self, run_id: str) -> RunRow | None:
+        """:meth:`get_run`, awaiting the store."""
+        return await self._run_async(self._show(run_id))  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _requeue(run_id: object, operator: object) -> Plan:
+        return (
+            "requeue",
+            _args(runId=_check.text("run_id", run_id), operator=_check.text("operator", operator)),
+            RunRow.from_json,
+        )
+
+    def requeue_run(self, run_id: str, operator: str) -> RunRow:
+        """Operator: a quarantined run back to ``ready`` with ``retries = 0`` (receipt ``requeued``)."""
+        return self._run(self._requeue(run_id, operator))  # type: ignore[no-any-return]
+
+    async def requeue_run_async(self, run_id: str, operator: str) -> RunRow:
+        """:meth:`requeue_run`, awaiting the store."""
+        return await self._run_async(self._requeue(run_id, operator))  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _force(run_id: object) -> Plan:
+        return ("forceRelease", _args(runId=_check.text("run_id", run_id)), RunRow.from_json)
+
+    def force_release(self, run_id: str) -> RunRow:
+        """Operator: removes a lease by force, back to ``ready`` (receipt ``force_released``)."""
+        return self._run(self._force(run_id))  # type: ignore[no-any-return]
+
+    async def force_release_async(self, run_id: str) -> RunRow:
+        """:meth:`force_release`, awaiting the store."""
+        return await self._run_async(self._force(run_id))  # type: ignore[no-any-return]
+
+
+def ensure_resource_run(
+    heart: HeartFleet, kind: str, key: str, *, objective: str | None = None, created_by: str | None = None
+) -> EnsuredRun:
+    """:meth:`HeartFleet.ensure_resource_run` as a function (the reference's helper)."""
+    if not isinstance(heart, HeartFleet):
+        raise InvalidTypeError(f"ensure_resource_run: heart must be a HeartFleet, got {_check.describe(heart)}")
+    return heart.ensure_resource_run(kind, key, objective=objective, created_by=created_by)
+
+
+async def ensure_resource_run_async(
+    heart: HeartFleet, kind: str, key: str, *, objective: str | None = None, created_by: str | None = None
+) -> EnsuredRun:
+    """:func:`ensure_resource_run`, awaiting the store."""
+    if not isinstance(heart, HeartFleet):
+        raise InvalidTypeError(f"ensure_resource_run_async: heart must be a HeartFleet, got {_check.describe(heart)}")
+    return await heart.ensure_resource_run_async(kind, key, objective=objective, created_by=created_by)
+
+
+_background: set[asyncio.Future[Any]] = set()
+
+
+def _schedule(awaitable: Any) -> None:
+    """Runs an async sink's awaitable in the background when a loop is running (else drops it)."""
+    try:
+        fut = asyncio.ensure_future(awaitable)
+    except (RuntimeError, TypeError):
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()
+        return
+    _background.add(fut)
+
+    def done(f: asyncio.Future[Any]) -> None:
+        _background.discard(f)
+        if not f.cancelled():
+            f.exception()  # retrieved: a failing sink is swallowed, as in the reference
+
+    fut.add_done_callback(done)

@@ -1,0 +1,328 @@
+"""The durable effect ledger (``effect_intents`` + ``outbox_dispatch_log``), send_once and the
+reconciler, over the heart's store through the core's machines."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from . import _check, _driver
+from . import _native
+from .errors import HeartFleetError, InvalidTypeError, StoreProtocolError, StoreUnavailableError
+from .fleet import HeartFleet
+from .memory import MemoryLeaseStore
+from .types import DispatchLogEntry, EffectContext, FencingToken, IntentRow, ReconcileResult, SendOnceResult
+
+__all__ = [
+    "DurableEffectLedger",
+    "send_once",
+    "send_once_async",
+    "reconcile_outbox",
+    "reconcile_outbox_async",
+]
+
+CHANNELS = _check.CHANNELS
+
+
+class DurableEffectLedger:
+    """The durable effect ledger over the heart's store: ``record_once`` claims an intent
+    (channel ``internal``), ``find_stale_dispatched`` and ``dispatch_log`` read the outbox.
+    Effect receipts and counters go to ``heart``."""
+
+    __slots__ = ("heart",)
+
+    def __init__(self, heart: HeartFleet) -> None:
+        if not isinstance(heart, HeartFleet):
+            raise InvalidTypeError(f"DurableEffectLedger: heart must be a HeartFleet, got {_check.describe(heart)}")
+        self.heart = heart
+
+    @property
+    def store(self) -> Any:
+        """The heart's store."""
+        return self.heart.store
+
+    def _record(self, run_id: object, effect_key: object) -> str:
+        return json.dumps(
+            {"runId": _check.text("run_id", run_id), "effectKey": _check.text("effect_key", effect_key)},
+            separators=(",", ":"),
+        )
+
+    def record_once(self, run_id: str, effect_key: str) -> bool:
+        """Claims the intent; ``True`` the first time."""
+        return bool(_driver.ok_of(_driver.drive_sync(self.heart, "recordOnce", self._record(run_id, effect_key))))
+
+    async def record_once_async(self, run_id: str, effect_key: str) -> bool:
+        """:meth:`record_once`, awaiting the store."""
+        step = await _driver.drive_async(self.heart, "recordOnce", self._record(run_id, effect_key))
+        return bool(_driver.ok_of(step))
+
+    def _request(self, kind: str, args: dict[str, Any]) -> str:
+        return str(_native.store_request(kind, json.dumps(args, separators=(",", ":"))))
+
+    def _call(self, request: str) -> Any:
+        store = self.store
+        if isinstance(store, MemoryLeaseStore) or callable(getattr(store, "execute_json", None)):
+            return store.execute_json(request)
+        return store.execute(json.loads(request))
+
+    @staticmethod
+    def _reply(kind: str, answer: Any, want: str) -> dict[str, Any]:
+        if isinstance(answer, str):
+            answer = json.loads(answer)
+        reply = answer.get("reply") if isinstance(answer, dict) else None
+        if not isinstance(reply, dict) or reply.get("kind") != want:
+            raise StoreProtocolError(f"{kind}: the store answered {json.dumps(reply)}")
+        return reply
+
+    def _run(self, kind: str, args: dict[str, Any], want: str) -> dict[str, Any]:
+        try:
+            answer = self._call(self._request(kind, args))
+            if inspect.isawaitable(answer):
+                if inspect.iscoroutine(answer):
+                    answer.close()
+                raise InvalidTypeError("the store is asyncio: use the *_async method")
+        except HeartFleetError:
+            raise
+        except Exception as e:
+            raise StoreUnavailableError(f"store failed at {kind}: {_driver.message_of(e)}") from e
+        return self._reply(kind, answer, want)
+
+    async def _run_async(self, kind: str, args: dict[str, Any], want: str) -> dict[str, Any]:
+        try:
+            answer = self._call(self._request(kind, args))
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except HeartFleetError:
+            raise
+        except Exception as e:
+            raise StoreUnavailableError(f"store failed at {kind}: {_driver.message_of(e)}") from e
+        return self._reply(kind, answer, want)
+
+    def find_stale_dispatched(self, limit: int = 50) -> list[IntentRow]:
+        """Dispatched intents whose fence expired by the store's clock, oldest first."""
+        r = self._run("staleIntents", {"limit": _check.integer("limit", limit, 0, _check.U32)}, "intents")
+        return [IntentRow.from_json(i) for i in r["intents"]]
+
+    async def find_stale_dispatched_async(self, limit: int = 50) -> list[IntentRow]:
+        """:meth:`find_stale_dispatched`, awaiting the store."""
+        r = await self._run_async("staleIntents", {"limit": _check.integer("limit", limit, 0, _check.U32)}, "intents")
+        return [IntentRow.from_json(i) for i in r["intents"]]
+
+    def _log_args(self, run_id: object, effect_key: object) -> dict[str, Any]:
+        return {"runId": _check.text("run_id", run_id), "effectKey": _check.text("effect_key", effect_key)}
+
+    def dispatch_log(self, run_id: str, effect_key: str) -> list[DispatchLogEntry]:
+        """The dispatch log entries of one effect, oldest first."""
+        r = self._run("readLog", self._log_args(run_id, effect_key), "log")
+        return [DispatchLogEntry.from_json(e) for e in r["entries"]]
+
+    async def dispatch_log_async(self, run_id: str, effect_key: str) -> list[DispatchLogEntry]:
+        """:meth:`dispatch_log`, awaiting the store."""
+        r = await self._run_async("readLog", self._log_args(run_id, effect_key), "log")
+        return [DispatchLogEntry.from_json(e) for e in r["entries"]]
+
+
+def _check_durable(heart: object, ledger: object) -> HeartFleet:
+    if not isinstance(heart, HeartFleet):
+        raise InvalidTypeError(f"heart must be a HeartFleet, got {_check.describe(heart)}")
+    if not isinstance(ledger, DurableEffectLedger):
+        raise InvalidTypeError(f"the ledger must be a DurableEffectLedger, got {_check.describe(ledger)}")
+    if ledger.store is not heart.store:
+        raise InvalidTypeError("the ledger must be over the heart's store")
+    return heart
+
+
+class _SendHost:
+    __slots__ = ("send", "to_external_ref", "result")
+
+    def __init__(self, send: Callable[[EffectContext], Any], to_external_ref: Callable[[Any], Any] | None) -> None:
+        self.send = send
+        self.to_external_ref = to_external_ref
+        self.result: Any = None
+
+    def record_once(self, run_id: str, effect_key: str) -> Any:  # pragma: no cover - not asked
+        raise StoreProtocolError("send_once does not use a ledger callback")
+
+    def effect(self, effect_key: str, epoch: int | None) -> Any:
+        return self.send(EffectContext(epoch=epoch, effect_key=effect_key))
+
+    def effect_text(self, value: Any) -> str:
+        self.result = value
+        evidence = self.to_external_ref(value) if self.to_external_ref is not None else value
+        return _check.to_json(evidence, "the external_ref")
+
+    def probe(self, intent: dict[str, Any]) -> Any:  # pragma: no cover - not asked
+        return {"status": "unknown"}
+
+
+def _send_plan(
+    heart: object,
+    ledger: object,
+    fence: object,
+    channel: object,
+    effect_key_: object,
+    payload: object,
+    send: object,
+    to_external_ref: object,
+) -> tuple[HeartFleet, str, _SendHost]:
+    h = _check_durable(heart, ledger)
+    f = _check.fence("fence", fence)
+    ch = _check.status("channel", channel, CHANNELS)
+    key = _check.text("effect_key", effect_key_)
+    _check.callable_("send", send)
+    if to_external_ref is not None:
+        _check.callable_("to_external_ref", to_external_ref)
+    # The payload is checked first: a non-finite number fails before any I/O.
+    payload_text = _check.to_json(payload, "payload")
+    args = (
+        '{"fence":'
+        + json.dumps(f, separators=(",", ":"))
+        + ',"channel":'
+        + json.dumps(ch)
+        + ',"effectKey":'
+        + json.dumps(key)
+        + ',"payload":'
+        + payload_text
+        + "}"
+    )
+    return h, args, _SendHost(send, to_external_ref)  # type: ignore[arg-type]
+
+
+def _send_result(step: dict[str, Any], host: _SendHost) -> SendOnceResult:
+    r = _driver.ok_of(step)
+    if r.get("sent"):
+        return SendOnceResult(sent=True, result=host.result, external_ref=r.get("externalRef"), committed=r.get("committed"))
+    return SendOnceResult.from_json(r)
+
+
+def send_once(
+    heart: HeartFleet,
+    ledger: DurableEffectLedger,
+    *,
+    fence: FencingToken,
+    channel: str,
+    effect_key: str,
+    payload: Any,
+    send: Callable[[EffectContext], Any],
+    to_external_ref: Callable[[Any], Any] | None = None,
+) -> SendOnceResult:
+    """Sends at most once, in the documented order: verify the fence, claim the intent, mark
+    it dispatched (conditioned on the run still holding the live token),
+    ``send(EffectContext(epoch, effect_key))``, then commit the evidence
+    ``to_external_ref(result)`` (default: the result) in the same write as the state change.
+    Returns ``SendOnceResult(sent=True, result, external_ref, committed)`` or ``sent=False``
+    with ``reason`` ``fence-rejected`` / ``deduped`` / ``lost-dispatch-race``. A send that
+    raises propagates its exception; the intent stays dispatched for the reconciler."""
+    if inspect.iscoroutinefunction(send):
+        # Checked before any I/O: a coroutine send run blocking would leave the intent dispatched.
+        raise InvalidTypeError("send_once: send is a coroutine function: use send_once_async")
+    h, args, host = _send_plan(heart, ledger, fence, channel, effect_key, payload, send, to_external_ref)
+    return _send_result(_driver.drive_sync(h, "sendOnce", args, host), host)
+
+
+async def send_once_async(
+    heart: HeartFleet,
+    ledger: DurableEffectLedger,
+    *,
+    fence: FencingToken,
+    channel: str,
+    effect_key: str,
+    payload: Any,
+    send: Callable[[EffectContext], Any | Awaitable[Any]],
+    to_external_ref: Callable[[Any], Any] | None = None,
+) -> SendOnceResult:
+    """:func:`send_once`, awaiting the store and the send."""
+    h, args, host = _send_plan(heart, ledger, fence, channel, effect_key, payload, send, to_external_ref)
+    return _send_result(await _driver.drive_async(h, "sendOnce", args, host), host)
+
+
+def _verdict(v: Any) -> Any:
+    if isinstance(v, str):
+        return {"status": v}
+    if v is None:
+        return {"status": "unknown"}
+    if isinstance(v, Mapping):
+        out = dict(v)
+        if "external_ref" in out and "externalRef" not in out:
+            out["externalRef"] = out.pop("external_ref")
+        return out
+    return v
+
+
+class _ProbeHost:
+    __slots__ = ("probes",)
+
+    def __init__(self, probes: Mapping[str, Callable[[IntentRow], Any]]) -> None:
+        self.probes = probes
+
+    def record_once(self, run_id: str, effect_key: str) -> Any:  # pragma: no cover - not asked
+        raise StoreProtocolError("reconcile does not use a ledger callback")
+
+    def effect(self, effect_key: str, epoch: int | None) -> Any:  # pragma: no cover - not asked
+        raise StoreProtocolError("reconcile runs no effect")
+
+    def effect_text(self, value: Any) -> str:  # pragma: no cover - not asked
+        return "null"
+
+    def probe(self, intent: dict[str, Any]) -> Any:
+        p = self.probes.get(intent.get("channel", ""))
+        if p is None:
+            return {"status": "unknown"}
+        out = p(IntentRow.from_json(intent))
+        if inspect.isawaitable(out):
+            return _await_verdict(out)
+        return _verdict(out)
+
+
+async def _await_verdict(aw: Awaitable[Any]) -> Any:
+    return _verdict(await aw)
+
+
+def _reconcile_plan(ledger: object, probes: object, max_attempts: object, limit: object) -> tuple[HeartFleet, str, _ProbeHost]:
+    if not isinstance(ledger, DurableEffectLedger):
+        raise InvalidTypeError(f"reconcile_outbox: ledger must be a DurableEffectLedger, got {_check.describe(ledger)}")
+    if not isinstance(probes, Mapping):
+        raise InvalidTypeError(f"probes must be a mapping of channel -> probe, got {_check.describe(probes)}")
+    for ch, p in probes.items():
+        if not isinstance(ch, str):
+            raise InvalidTypeError(f"probe channels are str, got {_check.describe(ch)}")
+        _check.callable_(f"probes[{ch!r}]", p)
+    args = json.dumps(
+        {
+            "maxAttempts": _check.integer("max_attempts", max_attempts, 0, _check.I53),
+            "limit": _check.integer("limit", limit, 0, _check.U32),
+        }
+    )
+    return ledger.heart, args, _ProbeHost(probes)
+
+
+def reconcile_outbox(
+    ledger: DurableEffectLedger,
+    probes: Mapping[str, Callable[[IntentRow], Any]],
+    *,
+    max_attempts: int = 5,
+    limit: int = 50,
+) -> ReconcileResult:
+    """For each dispatched intent whose fence expired, asks ``probes[channel](intent)``:
+    ``{"status": "sent", "external_ref": ...}`` commits the evidence, ``"not-sent"`` reopens
+    it for the run's holder, ``"unknown"`` (or no probe) leaves it and abandons it past
+    ``max_attempts``. Counts only writes that happened. A probe that raises is reported in
+    ``errors``. ``not-sent`` must be final (see the README's probe contract)."""
+    if isinstance(probes, Mapping) and any(inspect.iscoroutinefunction(p) for p in probes.values()):
+        raise InvalidTypeError("reconcile_outbox: a probe is a coroutine function: use reconcile_outbox_async")
+    heart, args, host = _reconcile_plan(ledger, probes, max_attempts, limit)
+    return ReconcileResult.from_json(_driver.ok_of(_driver.drive_sync(heart, "reconcile", args, host)))
+
+
+async def reconcile_outbox_async(
+    ledger: DurableEffectLedger,
+    probes: Mapping[str, Callable[[IntentRow], Any]],
+    *,
+    max_attempts: int = 5,
+    limit: int = 50,
+) -> ReconcileResult:
+    """:func:`reconcile_outbox`, awaiting the store and the probes."""
+    heart, args, host = _reconcile_plan(ledger, probes, max_attempts, limit)
+    return ReconcileResult.from_json(_driver.ok_of(await _driver.drive_async(heart, "reconcile", args, host)))

@@ -1,0 +1,327 @@
+"""PsycopgLeaseStore and AsyncPsycopgLeaseStore: stores over psycopg 3.
+
+Each store request is the one statement the core renders for PostgreSQL
+(``heart_fleet_core::sql``); it reads the clock inside PostgreSQL (``clock_timestamp()``), so
+worker clock skew cannot break exclusion. The store holds no SQL of its own beyond the
+migrations the core ships, which it applies under an advisory lock, like the Rust store.
+psycopg is imported only when one of these stores is used (``pip install "psycopg[binary]"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from . import _check
+from . import _native
+from .errors import InvalidTypeError, StoreProtocolError, StoreUnavailableError
+from .types import HeartReceipt
+
+__all__ = ["PsycopgLeaseStore", "AsyncPsycopgLeaseStore", "MIGRATE_LOCK"]
+
+#: The advisory lock key every migrate of a database takes (the Rust store's).
+MIGRATE_LOCK = 7264817345
+_MIGRATIONS_TABLE = "heart_fleet_migrations"
+_CREATE = (
+    f"CREATE TABLE IF NOT EXISTS {_MIGRATIONS_TABLE} (name TEXT NOT NULL PRIMARY KEY, "
+    "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+)
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise InvalidTypeError('the PostgreSQL stores need psycopg 3: pip install "psycopg[binary]"') from None
+    return psycopg
+
+
+class _Rendered:
+    """The core's statement in psycopg's placeholder style (``$n`` -> ``%s``, ``%`` -> ``%%``),
+    cached by SQL text: a request shape renders the same text every time."""
+
+    __slots__ = ("sql", "order")
+
+    def __init__(self, sql: str) -> None:
+        order: list[int] = []
+
+        def sub(m: re.Match[str]) -> str:
+            order.append(int(m.group(1)) - 1)
+            return "%s"
+
+        self.sql = _PLACEHOLDER.sub(sub, sql.replace("%", "%%"))
+        self.order = order
+
+
+_cache: dict[str, _Rendered] = {}
+
+
+def _param(p: Any) -> Any:
+    if isinstance(p, dict):
+        if "int" in p:
+            return int(p["int"])
+        if "text" in p:
+            return str(p["text"])
+    raise StoreProtocolError(f"postgres: an unexpected SQL parameter {p!r}")
+
+
+def _statement(request: str) -> tuple[str, list[Any]]:
+    statements = json.loads(_native.sql_render(request, "postgres"))
+    if len(statements) != 1:
+        raise StoreProtocolError(f"postgres: render gave {len(statements)} statements, not one")
+    st = statements[0]
+    rendered = _cache.get(st["sql"])
+    if rendered is None:
+        if len(_cache) > 256:
+            _cache.clear()
+        rendered = _cache[st["sql"]] = _Rendered(st["sql"])
+    params = [_param(p) for p in st["params"]]
+    return rendered.sql, [params[i] for i in rendered.order]
+
+
+def _cell(v: Any) -> Any:
+    if v is None or isinstance(v, (str, int, bool)):
+        return v
+    raise StoreProtocolError(f"postgres: a column of type {type(v).__name__} (the core reads text, integers, booleans)")
+
+
+def _decode(request: str, names: list[str], rows: list[tuple[Any, ...]]) -> str:
+    results = [[[[n, _cell(v)] for n, v in zip(names, row)] for row in rows]]
+    return str(_native.sql_decode(request, "postgres", json.dumps(results, separators=(",", ":"))))
+
+
+def _check_request(request: object) -> str:
+    if not isinstance(request, str):
+        raise InvalidTypeError(f"execute_json: a StoreRequest as JSON text, got {_check.describe(request)}")
+    return request
+
+
+def _receipt_statement(receipt: HeartReceipt) -> tuple[str, list[Any]]:
+    st = json.loads(_native.sql_receipt_insert("postgres", json.dumps(receipt.to_dict())))
+    rendered = _Rendered(st["sql"])
+    params = [_param(p) for p in st["params"]]
+    return rendered.sql, [params[i] for i in rendered.order]
+
+
+def _migrations() -> list[tuple[str, str]]:
+    return [(n, s) for n, s in json.loads(_native.sql_migrations("postgres"))]
+
+
+class PsycopgLeaseStore:
+    """A heart-fleet store over a psycopg 3 ``Connection`` (blocking).
+
+    ``PsycopgLeaseStore(conn)`` wraps your connection (autocommit recommended: each request
+    is one statement; without autocommit each runs in its own transaction block), or
+    ``PsycopgLeaseStore.connect(conninfo)`` opens one in autocommit mode (``close()`` closes
+    it). The schema must be migrated: ``store.migrate()`` (idempotent). psycopg connections
+    are thread-safe, so a heartbeat thread may share the store.
+    """
+
+    def __init__(self, conn: Any, *, prepare: bool | None = None) -> None:
+        psycopg = _psycopg()
+        if not isinstance(conn, psycopg.Connection):
+            raise InvalidTypeError(f"PsycopgLeaseStore: conn must be a psycopg.Connection, got {_check.describe(conn)}")
+        self.conn = conn
+        self._prepare = prepare
+        self._owned = False
+
+    @classmethod
+    def connect(cls, conninfo: str, **kwargs: Any) -> PsycopgLeaseStore:
+        """Opens a connection (autocommit) to ``conninfo`` (a ``postgres://`` URL or libpq string)."""
+        psycopg = _psycopg()
+        if not isinstance(conninfo, str) or conninfo == "":
+            raise InvalidTypeError("PsycopgLeaseStore.connect: conninfo must be a non-empty str")
+        try:
+            conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
+        except psycopg.Error as e:
+            raise StoreUnavailableError(f"postgres connect: {e}") from e
+        store = cls(conn)
+        store._owned = True
+        return store
+
+    def close(self) -> None:
+        """Closes the connection this store opened (a connection you passed stays yours)."""
+        if self._owned:
+            self.conn.close()
+
+    def __enter__(self) -> PsycopgLeaseStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _query(self, request: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        sql, params = _statement(request)
+        psycopg = _psycopg()
+        try:
+            if self.conn.autocommit:
+                cur = self.conn.execute(sql, params, prepare=self._prepare)
+                rows = cur.fetchall()
+            else:
+                with self.conn.transaction():
+                    cur = self.conn.execute(sql, params, prepare=self._prepare)
+                    rows = cur.fetchall()
+        except psycopg.Error as e:
+            raise StoreUnavailableError(f"postgres: {e}") from e
+        names = [c.name for c in cur.description] if cur.description else []
+        return names, rows
+
+    def execute_json(self, request: str) -> str:
+        """The store contract's text form: StoreRequest JSON text -> StoreAnswer JSON text."""
+        request = _check_request(request)
+        names, rows = self._query(request)
+        return _decode(request, names, rows)
+
+    def execute(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The store contract: a StoreRequest (dict) -> its StoreAnswer (dict)."""
+        answer: dict[str, Any] = json.loads(self.execute_json(json.dumps(request, separators=(",", ":"))))
+        return answer
+
+    def receipt_sink(self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None) -> Callable[[HeartReceipt], None]:
+        """An ``on_receipt`` sink that appends each receipt to the ``heart_receipts`` table.
+        A failure goes to ``on_error`` (default: ignored), never to the lease operation."""
+
+        def sink(receipt: HeartReceipt) -> None:
+            try:
+                sql, params = _receipt_statement(receipt)
+                if self.conn.autocommit:
+                    self.conn.execute(sql, params)
+                else:
+                    with self.conn.transaction():
+                        self.conn.execute(sql, params)
+            except Exception as e:  # noqa: BLE001 - reported to on_error only
+                if on_error is not None:
+                    on_error(e, receipt)
+
+        return sink
+
+    def migrate(self) -> list[tuple[str, bool]]:
+        """Applies every migration that ``heart_fleet_migrations`` does not record yet, each in
+        one transaction with its record, under an advisory lock (concurrent migrates apply
+        each migration once). Idempotent. Returns ``(name, applied_now)`` per migration."""
+        psycopg = _psycopg()
+        out: list[tuple[str, bool]] = []
+        for name, script in _migrations():
+            try:
+                with self.conn.transaction():
+                    self.conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATE_LOCK})")
+                    self.conn.execute(_CREATE)
+                    cur = self.conn.execute(f"SELECT count(*) FROM {_MIGRATIONS_TABLE} WHERE name = %s", (name,))
+                    row = cur.fetchone()
+                    applied = row is not None and row[0] == 0
+                    if applied:
+                        self.conn.execute(script)
+                        self.conn.execute(f"INSERT INTO {_MIGRATIONS_TABLE} (name) VALUES (%s)", (name,))
+            except psycopg.Error as e:
+                raise StoreUnavailableError(f"migration {name} failed: {e}") from e
+            out.append((name, applied))
+        return out
+
+
+class AsyncPsycopgLeaseStore:
+    """A heart-fleet store over a psycopg 3 ``AsyncConnection``: ``execute_json`` is a
+    coroutine, so the ``*_async`` API awaits PostgreSQL and the event loop keeps running.
+
+    ``AsyncPsycopgLeaseStore(aconn)``, or ``await AsyncPsycopgLeaseStore.connect(conninfo)``
+    (autocommit; ``await store.close()``). ``await store.migrate()`` applies the migrations.
+    """
+
+    def __init__(self, conn: Any, *, prepare: bool | None = None) -> None:
+        psycopg = _psycopg()
+        if not isinstance(conn, psycopg.AsyncConnection):
+            raise InvalidTypeError(
+                f"AsyncPsycopgLeaseStore: conn must be a psycopg.AsyncConnection, got {_check.describe(conn)}"
+            )
+        self.conn = conn
+        self._prepare = prepare
+        self._owned = False
+
+    @classmethod
+    async def connect(cls, conninfo: str, **kwargs: Any) -> AsyncPsycopgLeaseStore:
+        """Opens an async connection (autocommit) to ``conninfo``."""
+        psycopg = _psycopg()
+        if not isinstance(conninfo, str) or conninfo == "":
+            raise InvalidTypeError("AsyncPsycopgLeaseStore.connect: conninfo must be a non-empty str")
+        try:
+            conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
+        except psycopg.Error as e:
+            raise StoreUnavailableError(f"postgres connect: {e}") from e
+        store = cls(conn)
+        store._owned = True
+        return store
+
+    async def close(self) -> None:
+        """Closes the connection this store opened."""
+        if self._owned:
+            await self.conn.close()
+
+    async def __aenter__(self) -> AsyncPsycopgLeaseStore:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def execute_json(self, request: str) -> str:
+        """The store contract's text form, awaited."""
+        request = _check_request(request)
+        sql, params = _statement(request)
+        psycopg = _psycopg()
+        try:
+            if self.conn.autocommit:
+                cur = await self.conn.execute(sql, params, prepare=self._prepare)
+                rows = await cur.fetchall()
+            else:
+                async with self.conn.transaction():
+                    cur = await self.conn.execute(sql, params, prepare=self._prepare)
+                    rows = await cur.fetchall()
+        except psycopg.Error as e:
+            raise StoreUnavailableError(f"postgres: {e}") from e
+        names = [c.name for c in cur.description] if cur.description else []
+        return _decode(request, names, rows)
+
+    async def execute(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The store contract, awaited."""
+        answer: dict[str, Any] = json.loads(await self.execute_json(json.dumps(request, separators=(",", ":"))))
+        return answer
+
+    def receipt_sink(
+        self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None
+    ) -> Callable[[HeartReceipt], Awaitable[None]]:
+        """An ``on_receipt`` sink that appends each receipt to ``heart_receipts`` in the
+        background, in order (the fleet schedules it on the running loop)."""
+        lock = asyncio.Lock()
+
+        async def sink(receipt: HeartReceipt) -> None:
+            async with lock:  # FIFO: inserts keep the receipts' order
+                try:
+                    sql, params = _receipt_statement(receipt)
+                    await self.conn.execute(sql, params)
+                except Exception as e:  # noqa: BLE001 - reported to on_error only
+                    if on_error is not None:
+                        on_error(e, receipt)
+
+        return sink
+
+    async def migrate(self) -> list[tuple[str, bool]]:
+        """:meth:`PsycopgLeaseStore.migrate`, awaited."""
+        psycopg = _psycopg()
+        out: list[tuple[str, bool]] = []
+        for name, script in _migrations():
+            try:
+                async with self.conn.transaction():
+                    await self.conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATE_LOCK})")
+                    await self.conn.execute(_CREATE)
+                    cur = await self.conn.execute(f"SELECT count(*) FROM {_MIGRATIONS_TABLE} WHERE name = %s", (name,))
+                    row = await cur.fetchone()
+                    applied = row is not None and row[0] == 0
+                    if applied:
+                        await self.conn.execute(script)
+                        await self.conn.execute(f"INSERT INTO {_MIGRATIONS_TABLE} (name) VALUES (%s)", (name,))
+            except psycopg.Error as e:
+                raise StoreUnavailableError(f"migration {name} failed: {e}") from e
+            out.append((name, applied))
+        return out

@@ -1,0 +1,462 @@
+//! # heart-fleet for Python
+//!
+//! The native half of the Python package `heart_fleet` (`heart_fleet._native`): a thin pyo3
+//! layer over [`heart_fleet_core::bridge`]. It holds no lease logic of its own; the Python
+//! half (`python/heart_fleet/`) is the public API. This module gives it:
+//!
+//! * [`NativeFleet`] and [`NativeOp`]: the sans-I/O operation class. `NativeFleet.begin`
+//!   builds one of the core's machines from JSON arguments and starts it; with a
+//!   [`NativeMemoryStore`] attached, store requests are answered inside Rust. Every other
+//!   need is handed to Python as JSON, and the Python driving loop (sync or asyncio)
+//!   resumes the [`NativeOp`] with the answer.
+//! * [`NativeMemoryStore`]: the core's deterministic memory store.
+//! * [`NativeLeaseSession`]: the core's execute-with-lease state (Python owns the heartbeat
+//!   thread or task).
+//! * Canonical JSON, receipt verification, and SQL rendering/decoding for the SQL stores
+//!   written in Python (`sqlite3`, psycopg).
+//!
+//! Everything that crosses the boundary is JSON text, a `str`, an `int` or a `bool`.
+//! Failures are raised as the package's exception class for the core's stable code
+//! (`heart_fleet.errors.error_for_code`); nothing here panics. Every class is `Send + Sync`
+//! (a mutex around the bridge value), so a heartbeat thread may use a fleet.
+
+use std::sync::{Mutex, MutexGuard};
+
+use heart_fleet_core::bridge;
+use heart_fleet_core::{ErrorCode, HeartError};
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+
+/// A core error as the Python exception of its code.
+fn py_err(e: HeartError) -> PyErr {
+    coded(e.code, &e.message)
+}
+
+fn coded(code: ErrorCode, message: &str) -> PyErr {
+    Python::attach(|py| {
+        let made = py
+            .import("heart_fleet.errors")
+            .and_then(|m| m.getattr("error_for_code"))
+            .and_then(|f| f.call1((code.as_str(), message)));
+        match made {
+            Ok(exc) => PyErr::from_value(exc),
+            // The package is not importable (the module used on its own): keep the code in the text.
+            Err(_) => PyRuntimeError::new_err(format!("[{}] {message}", code.as_str())),
+        }
+    })
+}
+
+fn locked<T>(m: &Mutex<T>) -> PyResult<MutexGuard<'_, T>> {
+    m.lock().map_err(|_| coded(ErrorCode::StoreUnavailable, "a heart-fleet object was poisoned by a panic"))
+}
+
+/// The counters, retry ceiling and receipts of one `HeartFleet`, and the factory of its
+/// operations.
+#[pyclass(module = "heart_fleet._native", frozen)]
+pub struct NativeFleet {
+    inner: Mutex<bridge::BridgeFleet>,
+}
+
+#[pymethods]
+impl NativeFleet {
+    /// A fleet with retry ceiling `max_retries` (`None`: never quarantine). With `sink`,
+    /// receipts are handed to Python with each step instead of being kept.
+    #[new]
+    #[pyo3(signature = (max_retries, sink))]
+    fn new(max_retries: Option<u32>, sink: bool) -> NativeFleet {
+        NativeFleet { inner: Mutex::new(bridge::BridgeFleet::new(max_retries, sink)) }
+    }
+
+    /// Answers store requests of this fleet's operations from a Rust memory store.
+    fn attach_memory_store(&self, store: &NativeMemoryStore) -> PyResult<()> {
+        locked(&self.inner)?.attach_memory_store(&store.inner);
+        Ok(())
+    }
+
+    /// Builds operation `kind` from `args` (JSON) and starts it: the final step (JSON text)
+    /// when it finished inside Rust, else the [`NativeOp`] to resume.
+    fn begin(&self, py: Python<'_>, kind: &str, args: &str) -> PyResult<Py<PyAny>> {
+        let begun = locked(&self.inner)?.begin(kind, args);
+        match begun {
+            bridge::Begun::Done(text) => Ok(text.into_pyobject(py)?.into_any().unbind()),
+            bridge::Begun::Pending(op) => Ok(Py::new(py, NativeOp { inner: Mutex::new(op) })?.into_any()),
+        }
+    }
+
+    /// The 13 counters, in the reference's order.
+    fn metrics(&self) -> PyResult<Vec<u64>> {
+        let m = locked(&self.inner)?.metrics();
+        Ok(vec![
+            m.acquire_attempts,
+            m.acquire_wins,
+            m.acquire_collisions,
+            m.renews,
+            m.renew_failures,
+            m.releases,
+            m.release_failures,
+            m.reclaims,
+            m.quarantines,
+            m.fence_verifications,
+            m.fence_rejections,
+            m.effect_commits,
+            m.effect_dedupes,
+        ])
+    }
+
+    /// The counters in the Prometheus text exposition format.
+    fn prometheus(&self) -> PyResult<String> {
+        Ok(locked(&self.inner)?.prometheus())
+    }
+
+    /// The receipts kept so far (JSON array).
+    fn receipts_json(&self) -> PyResult<String> {
+        Ok(locked(&self.inner)?.receipts_json())
+    }
+
+    /// How many receipts are kept.
+    fn receipt_count(&self) -> PyResult<usize> {
+        Ok(locked(&self.inner)?.receipt_count())
+    }
+}
+
+/// One operation waiting for Python. Resume it with the answer to its current need; every
+/// resume returns the next step (JSON text).
+#[pyclass(module = "heart_fleet._native", frozen)]
+pub struct NativeOp {
+    inner: Mutex<bridge::BridgeOp>,
+}
+
+#[pymethods]
+impl NativeOp {
+    /// The current need (JSON text).
+    fn need(&self) -> PyResult<String> {
+        Ok(locked(&self.inner)?.need().to_owned())
+    }
+
+    /// The store request of the current need (StoreRequest JSON text; empty otherwise).
+    fn request(&self) -> PyResult<String> {
+        Ok(locked(&self.inner)?.request().to_owned())
+    }
+
+    /// The store's answer (StoreAnswer JSON text).
+    fn resume_store(&self, answer: &str) -> PyResult<String> {
+        Ok(locked(&self.inner)?.resume_store(answer))
+    }
+
+    /// The store failed: the operation ends with `store-unavailable`.
+    fn resume_store_error(&self, message: &str) -> PyResult<String> {
+        Ok(locked(&self.inner)?.resume_store_error(message))
+    }
+
+    /// The effect ledger's answer.
+    fn resume_recorded(&self, first: bool) -> PyResult<String> {
+        Ok(locked(&self.inner)?.resume_recorded(first))
+    }
+
+    /// The effect ledger failed.
+    fn resume_recorded_error(&self, message: &str) -> PyResult<String> {
+        Ok(locked(&self.inner)?.resume_recorded_error(message))
+    }
+
+    /// The effect's result (JSON text).
+    fn resume_effect(&self, value: &str) -> PyResult<String> {
+        Ok(locked(&self.inner)?.resume_effect(value))
+    }
+
+    /// The effect raised.
+    fn resume_effect_error(&self, message: &str) -> PyResult<String> {
+        Ok(locked(&self.inner)?.resume_effect_error(message))
+    }
+
+    /// The probe's verdict (JSON text).
+    fn resume_probe(&self, verdict: &str) -> PyResult<String> {
+        Ok(locked(&self.inner)?.resume_probe(verdict))
+    }
+
+    /// The probe raised.
+    fn resume_probe_error(&self, message: &str) -> PyResult<String> {
+        Ok(locked(&self.inner)?.resume_probe_error(message))
+    }
+
+    /// Whether the operation finished.
+    fn is_done(&self) -> PyResult<bool> {
+        Ok(locked(&self.inner)?.is_done())
+    }
+}
+
+/// The core's memory store: an injectable clock (milliseconds since the Unix epoch), runs,
+/// intents, the dispatch log and instances, with injectable failures for tests.
+#[pyclass(module = "heart_fleet._native", frozen)]
+pub struct NativeMemoryStore {
+    inner: bridge::BridgeMemoryStore,
+}
+
+#[pymethods]
+impl NativeMemoryStore {
+    /// A store whose clock starts at `now_ms`.
+    #[new]
+    fn new(now_ms: i64) -> NativeMemoryStore {
+        NativeMemoryStore { inner: bridge::BridgeMemoryStore::new(now_ms) }
+    }
+
+    /// The store seeded by a conformance scenario (JSON text).
+    #[staticmethod]
+    fn from_scenario(scenario: &str) -> PyResult<NativeMemoryStore> {
+        bridge::BridgeMemoryStore::from_scenario(scenario).map(|inner| NativeMemoryStore { inner }).map_err(py_err)
+    }
+
+    /// The clock.
+    fn now_ms(&self) -> PyResult<i64> {
+        self.inner.now_ms().map_err(py_err)
+    }
+
+    /// Sets the clock.
+    fn set_now(&self, now_ms: i64) -> PyResult<()> {
+        self.inner.set_now(now_ms).map_err(py_err)
+    }
+
+    /// Moves the clock by `ms`.
+    fn advance(&self, ms: i64) -> PyResult<()> {
+        self.inner.advance(ms).map_err(py_err)
+    }
+
+    /// Inserts a run (a full row as JSON text).
+    fn insert(&self, run: &str) -> PyResult<()> {
+        self.inner.insert(run).map_err(py_err)
+    }
+
+    /// Inserts an instance row (JSON text).
+    fn insert_instance(&self, row: &str) -> PyResult<()> {
+        self.inner.insert_instance(row).map_err(py_err)
+    }
+
+    /// Inserts an intent row (JSON text).
+    fn insert_intent(&self, row: &str) -> PyResult<()> {
+        self.inner.insert_intent(row).map_err(py_err)
+    }
+
+    /// Lets `after` requests named `request` through, then fails the next `times`.
+    fn fail_after(&self, request: &str, after: u32, times: u32) -> PyResult<()> {
+        self.inner.fail_after(request, after, times).map_err(py_err)
+    }
+
+    /// Executes one StoreRequest (JSON text) and returns the StoreAnswer (JSON text).
+    fn execute_json(&self, request: &str) -> PyResult<String> {
+        self.inner.execute_json(request).map_err(py_err)
+    }
+
+    /// One run (JSON), or `null`.
+    fn run_json(&self, run_id: &str) -> PyResult<String> {
+        self.inner.run_json(run_id).map_err(py_err)
+    }
+
+    /// Every run (JSON array).
+    fn runs_json(&self) -> PyResult<String> {
+        self.inner.runs_json().map_err(py_err)
+    }
+
+    /// Every intent (JSON array).
+    fn intents_json(&self) -> PyResult<String> {
+        self.inner.intents_json().map_err(py_err)
+    }
+
+    /// The dispatch log (JSON array).
+    fn dispatch_log_json(&self) -> PyResult<String> {
+        self.inner.dispatch_log_json().map_err(py_err)
+    }
+
+    /// Every instance (JSON array).
+    fn instances_json(&self) -> PyResult<String> {
+        self.inner.instances_json().map_err(py_err)
+    }
+
+    /// How many requests the store answered (or failed).
+    fn request_count(&self) -> PyResult<i64> {
+        self.inner.request_count().map_err(py_err)
+    }
+}
+
+/// The lease state of one `execute_with_lease` (heartbeat schedule, newest token, lost cause).
+#[pyclass(module = "heart_fleet._native", frozen)]
+pub struct NativeLeaseSession {
+    inner: Mutex<bridge::BridgeSession>,
+}
+
+#[pymethods]
+impl NativeLeaseSession {
+    /// A session for a lease of `ttl_seconds` renewed every `renew_every_ms` (default: the
+    /// reference's cadence). Bad values raise `InvalidInputError`.
+    #[staticmethod]
+    #[pyo3(signature = (ttl_seconds, renew_every_ms=None))]
+    fn create(ttl_seconds: i64, renew_every_ms: Option<i64>) -> PyResult<NativeLeaseSession> {
+        bridge::BridgeSession::new(ttl_seconds, renew_every_ms)
+            .map(|s| NativeLeaseSession { inner: Mutex::new(s) })
+            .map_err(py_err)
+    }
+
+    /// The heartbeat period in milliseconds.
+    fn interval_ms(&self) -> PyResult<i64> {
+        Ok(locked(&self.inner)?.interval_ms())
+    }
+
+    /// Records the acquired token (JSON) at host time `started_ms`.
+    fn on_acquired(&self, fence: &str, started_ms: i64) -> PyResult<()> {
+        locked(&self.inner)?.on_acquired(fence, started_ms).map_err(py_err)
+    }
+
+    /// The newest token (JSON), if any.
+    fn fence_json(&self) -> PyResult<Option<String>> {
+        Ok(locked(&self.inner)?.fence_json())
+    }
+
+    /// Why the lease was lost, once it was.
+    fn lost(&self) -> PyResult<Option<String>> {
+        Ok(locked(&self.inner)?.lost().map(str::to_owned))
+    }
+
+    /// Whether a beat should renew now.
+    fn should_renew(&self) -> PyResult<bool> {
+        Ok(locked(&self.inner)?.should_renew())
+    }
+
+    /// Records a renew that started at `started_ms`, given its final step (JSON); returns
+    /// the cause when this renew lost the lease.
+    fn on_renewed(&self, done: &str, started_ms: i64) -> PyResult<Option<String>> {
+        locked(&self.inner)?.on_renewed(done, started_ms).map(|c| c.map(str::to_owned)).map_err(py_err)
+    }
+
+    /// Loses the lease (`store-unavailable`) if the held expiry passed at `now_ms` without a
+    /// successful renew; returns the cause when it did.
+    fn check_expiry(&self, now_ms: i64) -> PyResult<Option<String>> {
+        Ok(locked(&self.inner)?.check_expiry(now_ms).map(str::to_owned))
+    }
+
+    /// Whether the final release is worth sending.
+    fn should_release(&self) -> PyResult<bool> {
+        Ok(locked(&self.inner)?.should_release())
+    }
+}
+
+/// The heartbeat cadence: `renew_every_ms` or `max(1000, ttl_seconds * 1000 / 2)`.
+#[pyfunction]
+#[pyo3(signature = (ttl_seconds, renew_every_ms=None))]
+fn heartbeat_interval(ttl_seconds: i64, renew_every_ms: Option<i64>) -> i64 {
+    bridge::heartbeat_interval(ttl_seconds, renew_every_ms)
+}
+
+/// The fleet configuration of a conformance scenario (JSON `{"maxRetries": n | null}`).
+#[pyfunction]
+fn scenario_config(scenario: &str) -> PyResult<String> {
+    bridge::scenario_config(scenario).map_err(py_err)
+}
+
+/// Replays a conformance scenario on the native Rust engine; returns the replay (JSON).
+#[pyfunction]
+fn native_replay(py: Python<'_>, scenario: &str) -> PyResult<String> {
+    py.detach(|| bridge::native_replay(scenario)).map_err(py_err)
+}
+
+/// A store request that is not part of an operation (JSON text).
+#[pyfunction]
+fn store_request(kind: &str, args: &str) -> PyResult<String> {
+    bridge::store_request(kind, args).map_err(py_err)
+}
+
+/// The statements (JSON list of `{sql, params}`) a store of `dialect` runs for a request.
+#[pyfunction]
+fn sql_render(request: &str, dialect: &str) -> PyResult<String> {
+    bridge::sql_render(request, dialect).map_err(py_err)
+}
+
+/// Decodes a driver's rows (JSON: one list of rows per statement) into the StoreAnswer JSON.
+#[pyfunction]
+fn sql_decode(request: &str, dialect: &str, results: &str) -> PyResult<String> {
+    bridge::sql_decode(request, dialect, results).map_err(py_err)
+}
+
+/// The schema migrations of a dialect (JSON `[[name, sql], ...]`).
+#[pyfunction]
+fn sql_migrations(dialect: &str) -> PyResult<String> {
+    bridge::sql_migrations(dialect).map_err(py_err)
+}
+
+/// The insert of one receipt (JSON) into `heart_receipts`, as `{sql, params}` JSON.
+#[pyfunction]
+fn sql_receipt_insert(dialect: &str, receipt: &str) -> PyResult<String> {
+    bridge::sql_receipt_insert(dialect, receipt).map_err(py_err)
+}
+
+/// `canonicalize` of JSON text.
+#[pyfunction]
+fn canonicalize_json(json: &str) -> PyResult<String> {
+    bridge::canonicalize_json(json).map_err(py_err)
+}
+
+/// The digest of the canonical form of JSON text.
+#[pyfunction]
+fn digest_json(json: &str) -> PyResult<String> {
+    bridge::digest_json(json).map_err(py_err)
+}
+
+/// sha256 hex of the canonical form of JSON text.
+#[pyfunction]
+fn canonical_sha256_json(json: &str) -> PyResult<String> {
+    bridge::canonical_sha256_json(json).map_err(py_err)
+}
+
+/// sha256 hex of the UTF-8 bytes of `text`.
+#[pyfunction]
+fn sha256_hex(text: &str) -> String {
+    bridge::sha256_hex(text)
+}
+
+/// `heart:resource:` + sha256 hex of the canonical `{kind, key}`.
+#[pyfunction]
+fn deterministic_resource_id(kind: &str, key: &str) -> PyResult<String> {
+    bridge::deterministic_resource_id(kind, key).map_err(py_err)
+}
+
+/// `prefix:` + sha256 hex of the canonical form of `identity` (JSON text).
+#[pyfunction]
+fn effect_key_json(prefix: &str, identity: &str) -> PyResult<String> {
+    bridge::effect_key_json(prefix, identity).map_err(py_err)
+}
+
+/// Checks a receipt (JSON text).
+#[pyfunction]
+fn verify_receipt_json(receipt: &str) -> PyResult<()> {
+    bridge::verify_receipt_json(receipt).map_err(py_err)
+}
+
+/// Every stable error code of the core's registry.
+#[pyfunction]
+fn error_codes() -> Vec<String> {
+    bridge::error_codes().into_iter().map(|c| c.to_owned()).collect()
+}
+
+/// The module `heart_fleet._native`.
+#[pymodule]
+#[pyo3(name = "_native")]
+fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NativeFleet>()?;
+    m.add_class::<NativeOp>()?;
+    m.add_class::<NativeMemoryStore>()?;
+    m.add_class::<NativeLeaseSession>()?;
+    m.add_function(wrap_pyfunction!(heartbeat_interval, m)?)?;
+    m.add_function(wrap_pyfunction!(scenario_config, m)?)?;
+    m.add_function(wrap_pyfunction!(native_replay, m)?)?;
+    m.add_function(wrap_pyfunction!(store_request, m)?)?;
+    m.add_function(wrap_pyfunction!(sql_render, m)?)?;
+    m.add_function(wrap_pyfunction!(sql_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(sql_migrations, m)?)?;
+    m.add_function(wrap_pyfunction!(sql_receipt_insert, m)?)?;
+    m.add_function(wrap_pyfunction!(canonicalize_json, m)?)?;
+    m.add_function(wrap_pyfunction!(digest_json, m)?)?;
+    m.add_function(wrap_pyfunction!(canonical_sha256_json, m)?)?;
+    m.add_function(wrap_pyfunction!(sha256_hex, m)?)?;
+    m.add_function(wrap_pyfunction!(deterministic_resource_id, m)?)?;
+    m.add_function(wrap_pyfunction!(effect_key_json, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_receipt_json, m)?)?;
+    m.add_function(wrap_pyfunction!(error_codes, m)?)?;
+    Ok(())
+}

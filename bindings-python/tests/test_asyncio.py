@@ -1,0 +1,159 @@
+"""The asyncio API: the event loop keeps running while the store works, concurrent acquires
+have exactly one winner, and execute_with_lease_async heartbeats on a task."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import heart_fleet as hf
+from conftest import T0
+
+
+class SlowStore:
+    """An asyncio store over a memory store that takes ``delay`` seconds per request."""
+
+    def __init__(self, memory: hf.MemoryLeaseStore, delay: float = 0.005) -> None:
+        self.memory = memory
+        self.delay = delay
+        self.calls = 0
+
+    async def execute_json(self, text: str) -> str:
+        self.calls += 1
+        await asyncio.sleep(self.delay)
+        return self.memory.execute_json(text)
+
+
+async def test_the_event_loop_keeps_ticking_during_an_operation(memory: hf.MemoryLeaseStore) -> None:
+    heart = hf.HeartFleet(SlowStore(memory, delay=0.02))
+    ticks = 0
+    done = False
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done:
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    t = asyncio.ensure_future(ticker())
+    a = await heart.acquire_async("r1", "w", 60)
+    assert await heart.verify_fence_async(a.fence)  # type: ignore[arg-type]
+    done = True
+    await t
+    assert a.acquired
+    assert ticks >= 5, f"the loop ticked only {ticks} times during 2 store round trips of 20 ms"
+
+
+async def test_concurrent_acquires_have_exactly_one_winner(memory: hf.MemoryLeaseStore) -> None:
+    store = SlowStore(memory, delay=0.001)
+    heart = hf.HeartFleet(store)
+    results = await asyncio.gather(*(heart.acquire_async("r1", f"worker-{i}", 60) for i in range(20)))
+    winners = [r for r in results if r.acquired]
+    assert len(winners) == 1
+    assert {r.code for r in results if not r.acquired} == {"lease-held"}
+    assert heart.metrics.acquire_wins == 1 and heart.metrics.acquire_collisions == 19
+    assert memory.get_run("r1").lease_owner == winners[0].fence.owner  # type: ignore[union-attr]
+
+
+async def test_the_async_api_over_the_memory_store(heart: hf.HeartFleet, memory: hf.MemoryLeaseStore) -> None:
+    a = await heart.acquire_async("r1", "w", 60)
+    f2 = await heart.renew_async(a.fence, 60)  # type: ignore[arg-type]
+    assert f2 is not None
+    assert (await heart.try_release_async(f2, "completed")).ok
+    assert (await heart.reclaim_expired_async()).reclaimed_count == 0
+    assert await heart.list_runs_async(status="completed") == [memory.get_run("r1")]
+    assert (await heart.get_run_async("r1")).status == "completed"  # type: ignore[union-attr]
+    assert (await heart.ensure_resource_run_async("k", "v")).created
+    assert (await heart.register_instance_async("i1")).status == "alive"
+    assert await heart.heartbeat_instance_async("i1")
+    assert await heart.drain_instance_async("i1")
+    assert [i.instance_id for i in await heart.list_instances_async()] == ["i1"]
+    assert (await heart.reclaim_dead_instance_runs_async()).dead_instance_ids == []
+
+
+async def test_execute_with_lease_async_heartbeats_on_a_task(memory: hf.MemoryLeaseStore) -> None:
+    heart = hf.HeartFleet(SlowStore(memory, delay=0.001))
+
+    async def work(lease: hf.AsyncLease) -> str:
+        await asyncio.sleep(0.3)
+        return "ok"
+
+    r = await hf.execute_with_lease_async(heart, "r1", "w", 60, work, renew_every_ms=40)
+    assert (r.ran, r.result, r.released, r.lost) == (True, "ok", True, None)
+    assert heart.metrics.renews >= 3
+
+
+async def test_the_async_lease_lost_signal(memory: hf.MemoryLeaseStore) -> None:
+    heart = hf.HeartFleet(memory)
+
+    async def work(lease: hf.AsyncLease) -> str | None:
+        memory.advance(61_000)
+        assert (await heart.acquire_async("r1", "thief", 60)).acquired
+        await asyncio.wait_for(lease.signal.wait(), 2.0)
+        assert lease.lost_error is not None and lease.lost_error.cause == lease.lost
+        return lease.lost
+
+    r = await hf.execute_with_lease_async(heart, "r1", "w", 60, work, renew_every_ms=20)
+    assert r.lost in ("superseded", "expired") and r.result == r.lost and not r.released
+
+
+async def test_async_context_manager_and_decorator(heart: hf.HeartFleet, memory: hf.MemoryLeaseStore) -> None:
+    scope = hf.execute_with_lease(heart, "r1", "w", 60)
+    async with scope as lease:
+        assert isinstance(lease, hf.AsyncLease)
+        assert await heart.verify_fence_async(lease.fence)
+    assert scope.result is not None and scope.result.released
+
+    @hf.execute_with_lease(heart, "r2", "w", 60)
+    async def job(lease: hf.AsyncLease, n: int) -> int:
+        await asyncio.sleep(0)
+        return n + 1
+
+    r = await job(1)
+    assert (r.ran, r.result, r.released) == (True, 2, True)
+    with pytest.raises(hf.LeaseHeldError):
+        async with hf.execute_with_lease(heart, "r3", "a", 60):
+            async with hf.execute_with_lease(heart, "r3", "b", 60):
+                pass
+    assert memory.get_run("r3").status == "failed"  # type: ignore[union-attr]
+
+
+async def test_send_once_and_reconcile_with_async_callbacks(memory: hf.MemoryLeaseStore) -> None:
+    heart = hf.HeartFleet(SlowStore(memory, delay=0))
+    ledger = hf.DurableEffectLedger(heart)
+    fence = (await heart.acquire_async("r1", "w", 60)).fence
+    fired = 0
+
+    async def send(ctx: hf.EffectContext) -> str:
+        nonlocal fired
+        fired += 1
+        await asyncio.sleep(0)
+        return "ref-1"
+
+    kw: dict[str, Any] = dict(fence=fence, channel="internal", effect_key="k1", payload={"a": 1}, send=send)
+    first, second = await asyncio.gather(hf.send_once_async(heart, ledger, **kw), hf.send_once_async(heart, ledger, **kw))
+    assert sorted([first.sent, second.sent]) == [False, True] and fired == 1
+    assert [e.outcome for e in await ledger.dispatch_log_async("r1", "k1")]
+    assert await ledger.find_stale_dispatched_async() == []
+
+    async def probe(intent: hf.IntentRow) -> str:
+        return "not-sent"
+
+    out = await hf.reconcile_outbox_async(ledger, {"internal": probe})
+    assert out.scanned == 0
+    g = await hf.guard_irreversible_async(heart, fence, ledger, "k2", send)  # type: ignore[arg-type]
+    assert g.committed and g.result == "ref-1"
+
+
+async def test_a_cancelled_operation_leaves_the_fleet_usable(memory: hf.MemoryLeaseStore) -> None:
+    heart = hf.HeartFleet(SlowStore(memory, delay=0.2))
+    task = asyncio.ensure_future(heart.acquire_async("r1", "w", 60))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    fast = hf.HeartFleet(memory)
+    assert (await fast.acquire_async("r2", "w", 60)).acquired
+    assert T0.startswith("2026")

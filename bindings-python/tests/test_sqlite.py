@@ -1,0 +1,200 @@
+"""SqliteLeaseStore over the standard library's sqlite3: the statements the core renders,
+the Rust store's schema and migrations, WAL, and one database file shared with the Rust CLI.
+
+The CLI is ``$HEART_FLEET_CLI`` (the CI script builds it); without it, the shared-file tests
+are skipped on a developer's machine and FAIL when ``CI`` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+import heart_fleet as hf
+
+
+def cli() -> str:
+    path = os.environ.get("HEART_FLEET_CLI", "")
+    if not path or not Path(path).is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but HEART_FLEET_CLI ({path!r}) is not the heart-fleet binary")
+        pytest.skip("HEART_FLEET_CLI is not set")
+    return path
+
+
+def run_cli(db: Path, *args: str) -> str:
+    out = subprocess.run([cli(), "--store", f"sqlite:{db}", *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"heart-fleet {' '.join(args)} failed ({out.returncode}): {out.stderr}"
+    return out.stdout
+
+
+def test_a_file_is_created_migrated_in_wal_mode_and_migrate_is_idempotent(tmp_path: Path) -> None:
+    db = tmp_path / "fleet.db"
+    store = hf.SqliteLeaseStore(db)
+    assert store.connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    names = [r[0] for r in store.connection.execute("SELECT name FROM heart_fleet_migrations")]
+    assert names == [n for n, _ in json.loads(hf._native.sql_migrations("sqlite"))]
+    assert all(applied is False for _, applied in store.migrate())
+    store.close()
+    again = hf.SqliteLeaseStore(db)
+    assert all(applied is False for _, applied in again.migrate())
+
+
+def test_a_lease_cycle_on_sqlite(tmp_path: Path) -> None:
+    store = hf.SqliteLeaseStore(tmp_path / "fleet.db")
+    heart = hf.HeartFleet(store)
+    run = heart.ensure_resource_run("job", "nightly-report").run
+    a = heart.acquire(run.id, "worker-A", 60)
+    assert a.acquired and a.fence is not None and a.fence.epoch == 1
+    assert heart.acquire(run.id, "worker-B", 60).code == "lease-held"
+    assert heart.verify_fence(a.fence)
+    f2 = heart.renew(a.fence, 60)
+    assert f2 is not None
+    ledger = hf.DurableEffectLedger(heart)
+    fired: list[int | None] = []
+    s = hf.send_once(
+        heart, ledger, fence=f2, channel="internal", effect_key="k1", payload={"n": 1}, send=lambda c: fired.append(c.epoch) or "ref"
+    )
+    assert s.sent and s.committed and fired == [1]
+    dup = hf.send_once(heart, ledger, fence=f2, channel="internal", effect_key="k1", payload={"n": 1}, send=lambda c: fired.append(0))
+    assert dup.reason == "deduped" and fired == [1]
+    row = heart.release(f2, "ready")
+    assert row is not None and row.status == "ready"
+    r = hf.execute_with_lease(heart, run.id, "worker-C", 60, lambda lease: heart.verify_fence(lease.fence), renew_every_ms=20)
+    assert r.ran and r.result is True and r.released
+    assert [x.event for x in heart.receipts()][:2] == ["acquired", "fence_verified"]
+
+
+def test_the_receipt_sink_appends_to_heart_receipts(tmp_path: Path) -> None:
+    store = hf.SqliteLeaseStore(tmp_path / "fleet.db")
+    errors: list[BaseException] = []
+    heart = hf.HeartFleet(store, on_receipt=store.receipt_sink(lambda e, r: errors.append(e)))
+    run = heart.ensure_resource_run("job", "x").run
+    a = heart.acquire(run.id, "w", 60)
+    heart.release(a.fence, "ready")  # type: ignore[arg-type]
+    rows = store.connection.execute("SELECT event, run_id, digest FROM heart_receipts ORDER BY rowid").fetchall()
+    assert [r[0] for r in rows] == ["acquired", "released"] and errors == []
+    assert all(r[1] == run.id and r[2].startswith(hf.DIGEST_PREFIX) for r in rows)
+
+
+def test_a_sqlite_store_failure_is_store_unavailable(tmp_path: Path) -> None:
+    store = hf.SqliteLeaseStore(tmp_path / "fleet.db")
+    heart = hf.HeartFleet(store)
+    store.connection.execute("DROP TABLE agent_runs")
+    with pytest.raises(hf.StoreUnavailableError):
+        heart.acquire("00000000-0000-4000-8000-000000000001", "w", 60)
+
+
+def test_threads_share_one_store_and_one_wins(tmp_path: Path) -> None:
+    db = tmp_path / "fleet.db"
+    store = hf.SqliteLeaseStore(db)
+    heart = hf.HeartFleet(store)
+    run = heart.ensure_resource_run("job", "x").run
+    results: list[hf.AcquireResult] = []
+
+    def worker(i: int) -> None:
+        # Each worker has its own connection to the shared file, as separate processes would.
+        h = hf.HeartFleet(hf.SqliteLeaseStore(db))
+        results.append(h.acquire(run.id, f"w{i}", 60))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r.acquired for r in results) == 1
+    assert {r.code for r in results if not r.acquired} == {"lease-held"}
+
+
+def test_the_async_api_drives_the_sync_sqlite_store(tmp_path: Path) -> None:
+    heart = hf.HeartFleet(hf.SqliteLeaseStore(tmp_path / "fleet.db"))
+
+    async def go() -> bool:
+        run = (await heart.ensure_resource_run_async("k", "v")).run
+        a = await heart.acquire_async(run.id, "w", 60)
+        return await heart.verify_fence_async(a.fence)  # type: ignore[arg-type]
+
+    assert asyncio.run(go())
+
+
+def test_the_rust_cli_reads_what_python_wrote_and_python_reads_what_it_wrote(tmp_path: Path) -> None:
+    db = tmp_path / "shared.db"
+    store = hf.SqliteLeaseStore(db)
+    heart = hf.HeartFleet(store, on_receipt=store.receipt_sink())
+    run = heart.ensure_resource_run("job", "shared").run
+    a = heart.acquire(run.id, "python-worker", 60)
+    assert a.acquired
+    store.close()
+
+    listed = [json.loads(line) for line in run_cli(db, "runs", "list", "--json").splitlines() if line.strip()]
+    mine = [r for r in listed if r["id"] == run.id]
+    assert mine and mine[0]["status"] == "leased" and mine[0]["lease_owner"] == "python-worker"
+    assert mine[0]["fencing_epoch"] == 1 and mine[0]["lease_expires_at"] == a.fence.lease_expires_at  # type: ignore[union-attr]
+
+    # The receipts Python appended to heart_receipts verify in the Rust CLI.
+    verified = run_cli(db, "verify-receipts", "--table").strip().splitlines()[-1]
+    assert verified == "1 receipts, 1 ok, 0 tampered, 0 malformed", verified
+
+    # The CLI writes (an operator force-release and a new run); Python sees it.
+    run_cli(db, "runs", "force-release", run.id)
+    run_cli(db, "runs", "create", "cli-made-key")
+    store = hf.SqliteLeaseStore(db)
+    heart = hf.HeartFleet(store)
+    assert heart.get_run(run.id).status == "ready"  # type: ignore[union-attr]
+    made = [r for r in heart.list_runs() if r.idempotency_key == "cli-made-key"]
+    assert len(made) == 1
+    again = heart.acquire(made[0].id, "python-worker", 60)
+    assert again.acquired
+    # The Python lease fences the CLI out.
+    assert heart.verify_fence(again.fence)  # type: ignore[arg-type]
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT count(*) FROM heart_fleet_migrations").fetchone()[0] >= 1
+    conn.close()
+
+
+def test_the_async_sqlite_store_keeps_the_loop_running(tmp_path: Path) -> None:
+    db = tmp_path / "fleet.db"
+    store = hf.AsyncSqliteLeaseStore(db)
+    heart = hf.HeartFleet(store)
+
+    async def go() -> tuple[int, list[hf.AcquireResult]]:
+        run = (await heart.ensure_resource_run_async("k", "v")).run
+        # Another connection holds the write lock for a while: the acquire waits on a thread.
+        blocker = sqlite3.connect(db, isolation_level=None, timeout=5)
+        blocker.execute("BEGIN IMMEDIATE")
+        ticks = 0
+        done = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await asyncio.sleep(0.002)
+
+        async def release_later() -> None:
+            await asyncio.sleep(0.15)
+            blocker.execute("COMMIT")
+
+        t = asyncio.ensure_future(ticker())
+        r = asyncio.ensure_future(release_later())
+        results = await asyncio.gather(*(heart.acquire_async(run.id, f"w{i}", 60) for i in range(4)))
+        done = True  # ticks counted while the acquires waited ~150 ms for the lock
+        await r
+        await t
+        blocker.close()
+        return ticks, list(results)
+
+    ticks, results = asyncio.run(go())
+    assert ticks >= 20, f"the event loop ticked only {ticks} times while SQLite was locked for 150 ms"
+    assert sum(r.acquired for r in results) == 1
+    with pytest.raises(hf.InvalidTypeError, match="_async"):
+        heart.acquire("x", "w", 60)
+    assert all(applied is False for _, applied in asyncio.run(store.migrate()))
+    store.close()

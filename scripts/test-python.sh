@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The Python binding's whole test suite, as CI runs it (scripts/test-all.sh calls it after
+# PostgreSQL was started; it also runs on its own):
+#
+#   bash scripts/test-python.sh
+#
+# 1. builds the abi3 wheel with maturin (release) into bindings-python/dist;
+# 2. installs it, with pytest, pytest-asyncio, psycopg[binary] and mypy, into a FRESH
+#    virtual environment (and checks that `pip install ./bindings-python` works in another);
+# 3. runs pytest from outside the source tree, so the installed wheel is what is tested
+#    (conformance: every scenario in 6 store modes; asyncio; execute_with_lease; bad input;
+#    SQLite, also sharing a file with the Rust CLI; PostgreSQL; the host example), then
+#    `mypy --strict` on a typed usage file against the installed package.
+#
+# Needs python3 >= 3.11 and cargo. Installs maturin into a cached tools venv
+# (bindings-python/.venv-build), and PostgreSQL (scripts/postgres.sh) when DATABASE_URL is
+# unset. The SQLite shared-file test uses the `heart-fleet` CLI: $HEART_FLEET_CLI, else the
+# release binary of the workspace (built here if missing).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+start=$(date +%s)
+step() { printf '\n== python: %s\n' "$*"; }
+
+py=${PYTHON:-python3}
+"$py" -c 'import sys; assert sys.version_info >= (3, 11), sys.version' || {
+  echo "test-python: python3 >= 3.11 is required" >&2
+  exit 2
+}
+
+step "maturin (tools venv)"
+tools="$root/bindings-python/.venv-build"
+if ! "$tools/bin/maturin" --version 2>/dev/null | grep -q '^maturin 1\.16\.'; then
+  rm -rf "$tools"
+  "$py" -m venv "$tools"
+  "$tools/bin/pip" install -q --disable-pip-version-check "maturin>=1.16,<1.17"
+fi
+"$tools/bin/maturin" --version
+
+step "the wheel (maturin build --release)"
+rm -rf bindings-python/dist
+(cd bindings-python && "$tools/bin/maturin" build --release -o dist 2>&1 | tail -n 3)
+wheel=$(ls bindings-python/dist/heart_fleet-*.whl)
+echo "$wheel"
+
+step "a fresh virtual environment with the wheel"
+venv=$(mktemp -d /tmp/heart-fleet-py.XXXXXX)
+trap 'rm -rf "$venv"' EXIT
+"$py" -m venv "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check "$wheel" pytest pytest-asyncio "psycopg[binary]" mypy
+"$venv/bin/python" -c 'import heart_fleet, sys; print("heart_fleet", heart_fleet.__version__, "from", heart_fleet.__file__)'
+
+step "pip install ./bindings-python (the PEP 517 path) into another fresh environment"
+"$py" -m venv "$venv/pep517"
+"$venv/pep517/bin/pip" install -q --disable-pip-version-check ./bindings-python
+(cd "$venv" && "$venv/pep517/bin/python" -c 'import heart_fleet as hf; assert hf.canonicalize({"b": 1, "a": 2}) == "{\"a\":2,\"b\":1}"; print("pip install ./bindings-python: ok")')
+
+step "postgresql"
+if [ -z "${DATABASE_URL:-}" ]; then
+  # shellcheck source=scripts/postgres.sh
+  source scripts/postgres.sh
+  ensure_postgres
+fi
+export DATABASE_URL
+echo "DATABASE_URL=$DATABASE_URL"
+
+step "the heart-fleet CLI (for the shared SQLite file test)"
+if [ -z "${HEART_FLEET_CLI:-}" ]; then
+  cargo build --release -q --bin heart-fleet
+  HEART_FLEET_CLI="${CARGO_TARGET_DIR:-$root/target}/release/heart-fleet"
+fi
+export HEART_FLEET_CLI
+echo "HEART_FLEET_CLI=$HEART_FLEET_CLI"
+
+step "pytest (outside the source tree, against the installed wheel)"
+export HEART_FLEET_REQUIRE_INSTALLED=1 PYTHONDONTWRITEBYTECODE=1
+(cd "$venv" && "$venv/bin/python" -m pytest -p no:cacheprovider -q "$root/bindings-python/tests")
+
+step "mypy --strict on a typed usage file (the wheel's py.typed and stubs)"
+(cd "$venv" && "$venv/bin/python" -m mypy --strict --cache-dir "$venv/.mypy" "$root/bindings-python/tests/typing/usage.py")
+
+echo
+echo "python: all tests passed in $(($(date +%s) - start)) s"
