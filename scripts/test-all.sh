@@ -6,7 +6,12 @@
 #
 # What it installs when absent: the rustfmt/clippy components, the wasm32-unknown-unknown
 # target, and a PostgreSQL server from Debian's packages (started here, with a database
-# `heart_test` owned by role `heart`), which the Postgres tests use through DATABASE_URL.
+# `heart_test` owned by role `heart`), which the Postgres tests use through DATABASE_URL;
+# Node and npm (Debian's packages) and the npm packages of bindings-node and
+# host-examples/node; then, through scripts/test-python.sh, maturin (in a tools venv) and
+# the wheel's test dependencies (pytest, psycopg, mypy in a fresh venv); and through
+# scripts/test-deno.sh, wasm-bindgen-cli 0.2.130 (cargo install) and deno, esbuild and
+# binaryen (npm ci in bindings-wasm/bindgen).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,6 +78,9 @@ command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || {
 node --version
 (cd bindings-node && npm ci --no-audit --no-fund && npm test)
 (cd host-examples/node && npm ci --no-audit --no-fund && npm test)
+
+step "Python: the pyo3 wheel (maturin), installed into a fresh venv, pytest incl. PostgreSQL, mypy --strict"
+bash scripts/test-python.sh
 
 echo
 echo "all tests passed"
