@@ -16,6 +16,7 @@ import os from 'node:os';
 import { Bench } from 'tinybench';
 import { HeartFleet, MemoryLeaseStore, digest, canonicalize } from '../index.mjs';
 import { JsHeartFleet, JsMemoryLeaseStore, canonicalizeJs, sortedStringifyDigest } from './reference-js.mjs';
+import { cycle } from './cycle.mjs';
 
 const arg = (name, dflt) => {
   const i = process.argv.indexOf(name);
@@ -24,13 +25,6 @@ const arg = (name, dflt) => {
 const time = arg('--time', 2000);
 const T0 = new Date('2026-07-30T00:00:00.000Z');
 const drop = () => {};
-
-async function cycle(heart, runId, to) {
-  const a = await heart.acquire(runId, 'worker-A', 60);
-  if (!a.acquired) throw new Error(`cycle: not acquired: ${a.reason}`);
-  if (!(await heart.verifyFence(a.fence))) throw new Error('cycle: not verified');
-  if ((await heart.release(a.fence, to)) === null) throw new Error('cycle: not released');
-}
 
 // 1. pure JS (the reference's behaviour, its async memory store)
 const jsStore = new JsMemoryLeaseStore(T0);

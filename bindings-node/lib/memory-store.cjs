@@ -4,33 +4,19 @@
 
 const native = require('./native.cjs');
 const { typeError, rethrowNative, str, int, msOf, isoOf, describe } = require('./util.cjs');
+const { runRow } = require('./rows.cjs');
 
 const NATIVE = Symbol.for('heart-fleet.native');
 
-/** Defaults of a run row, as the reference's schema has them. */
+const EPOCH = '1970-01-01T00:00:00.000Z';
+
+/** A run as the native store takes it: the row's defaults, then what `run` sets. */
 function fullRow(run) {
   if (run === null || typeof run !== 'object' || Array.isArray(run)) {
     throw typeError(`insert: a run must be an object, got ${describe(run)}`);
   }
   const id = str('run.id', run.id);
-  const row = {
-    id,
-    task_id: null,
-    assignment_id: id,
-    objective: 'run',
-    required_capabilities: [],
-    status: 'ready',
-    assigned_agent: null,
-    lease_owner: null,
-    lease_expires_at: null,
-    retries: 0,
-    budget: null,
-    approval_state: 'auto',
-    visibility: 'team',
-    idempotency_key: `key:${id}`,
-    created_by: 'heart-fleet',
-    fencing_epoch: 0,
-  };
+  const row = runRow(id, EPOCH);
   for (const [k, v] of Object.entries(run)) {
     if (v === undefined) continue;
     if (typeof v === 'symbol' || typeof v === 'function' || typeof v === 'bigint' || (typeof v === 'number' && !Number.isFinite(v))) {
@@ -39,8 +25,8 @@ function fullRow(run) {
     row[k] = v instanceof Date ? isoOf(`run.${k}`, v) : v;
   }
   // insert() stamps both with the clock, as the reference does.
-  row.created_at = '1970-01-01T00:00:00.000Z';
-  row.updated_at = '1970-01-01T00:00:00.000Z';
+  row.created_at = EPOCH;
+  row.updated_at = EPOCH;
   return row;
 }
 

@@ -3,7 +3,6 @@
 // for each request (heart_fleet_core::sql) and hands the rows back to the core to decode.
 // It holds no lease logic and no SQL of its own beyond the migrations the core ships.
 
-const { createHash } = require('node:crypto');
 const native = require('./native.cjs');
 const { typeError, codedError, rethrowNative, messageOf, describe } = require('./util.cjs');
 
@@ -59,7 +58,8 @@ class PgLeaseStore {
   _name(sql) {
     let n = this._names.get(sql);
     if (n === undefined) {
-      n = 'heart_fleet_' + createHash('sha1').update(sql).digest('hex').slice(0, 24);
+      // The core's sha256 (no node:crypto, so the driver also runs where only Web APIs exist).
+      n = 'heart_fleet_' + native.sha256Hex(sql).slice(0, 24);
       this._names.set(sql, n);
     }
     return n;

@@ -25,9 +25,16 @@
 //  * Errors are errors: a PostgREST or network error fails the request (store-unavailable),
 //    never reads as "not found" or a collision (the reference adapter's hole).
 
-const { randomUUID } = require('node:crypto');
+/** A v4 UUID: Web Crypto where it exists (Deno, browsers, Node >= 19), node:crypto on Node 18. */
+function randomUUID() {
+  const c = globalThis.crypto;
+  if (c && typeof c.randomUUID === 'function') return c.randomUUID();
+  // eslint-disable-next-line global-require
+  return require('node:crypto').randomUUID();
+}
 const native = require('./native.cjs');
-const { typeError, codedError, rethrowNative, describe } = require('./util.cjs');
+const { typeError, rethrowNative, describe } = require('./util.cjs');
+const { executeRequest, mentions } = require('./store-request.cjs');
 
 const RUN_CAS = ['status', 'lease_owner', 'lease_expires_at', 'retries', 'fencing_epoch', 'updated_at'];
 const INTENT_CAS = ['state', 'fence_owner', 'fence_expires_at', 'fence_epoch', 'attempts', 'committed_at', 'last_error'];
@@ -59,10 +66,6 @@ function cas(query, raw, cols) {
     q = raw[c] === null ? q.is(c, null) : q.eq(c, raw[c]);
   }
   return q;
-}
-
-function mentions(cond, tag) {
-  return JSON.stringify(cond).includes(`"${tag}"`);
 }
 
 /** Top-level equality / membership on text columns, to narrow a scan on the server. */
@@ -150,76 +153,37 @@ class SupabaseLeaseStore {
     }
   }
 
-  /** The store contract: one StoreRequest → its StoreAnswer. */
-  async execute(request) {
-    let req = request;
-    if (typeof request === 'string') {
-      try {
-        req = JSON.parse(request);
-      } catch (e) {
-        throw codedError('store-protocol', `SupabaseLeaseStore.execute: not a StoreRequest: ${e.message}`);
-      }
-    }
-    if (req === null || typeof req !== 'object' || typeof req.op !== 'string') {
-      throw typeError(`SupabaseLeaseStore.execute: a StoreRequest is an object with an op, got ${describe(req)}`);
-    }
-    switch (req.op) {
-      case 'now':
-        return { now: new Date(this._clock()).toISOString(), reply: { kind: 'now' } };
-      case 'read_run': {
-        const now = this._clock();
-        const raw = await this._readRun(req.run_id);
-        return this._simulate(req, { runs: raw ? [raw] : [] }, now);
-      }
-      case 'update_run':
-        return this._updateRun(req);
-      case 'scan_runs': {
-        const now = this._clock();
-        const runs = await this._all('runs', coarse(req.when));
-        const instances = mentions(req.when, 'owner_instance_dead') ? await this._all('instances') : [];
-        return this._simulate(req, { runs, instances }, now);
-      }
-      case 'ensure_run':
-        return this._ensureRun(req);
-      case 'claim_intent':
-        return this._claimIntent(req);
-      case 'update_intent':
-        return this._updateIntent(req);
-      case 'scan_intents': {
-        const now = this._clock();
-        return this._simulate(req, { intents: await this._all('intents', coarse(req.when)) }, now);
-      }
-      case 'read_log': {
-        const now = this._clock();
-        const entries = await this._run(
-          `read ${this.tables.log}`,
-          this.from('log').select('*').eq('run_id', req.run_id).eq('effect_key', req.effect_key).order('at', { ascending: true }),
-        );
-        return { now: new Date(now).toISOString(), reply: { kind: 'log', entries: entries ?? [] } };
-      }
-      case 'upsert_instance': {
-        const now = new Date(this._clock()).toISOString();
-        const row = await this._run(
-          `upsert ${this.tables.instances}`,
-          this.from('instances')
-            .upsert(
-              { instance_id: req.instance_id, hostname: req.hostname, pid: req.pid, status: 'alive', started_at: now, last_heartbeat: now, metadata: req.metadata },
-              { onConflict: 'instance_id' },
-            )
-            .select('*')
-            .single(),
-        );
-        return { now, reply: { kind: 'instances', instances: [row] } };
-      }
-      case 'update_instances':
-        return this._updateInstances(req);
-      case 'scan_instances': {
-        const now = this._clock();
-        return this._simulate(req, { instances: await this._all('instances', coarse(req.when)) }, now);
-      }
-      default:
-        throw codedError('store-protocol', `SupabaseLeaseStore: unknown request ${req.op}`);
-    }
+  /** The store contract: one StoreRequest → its StoreAnswer (lib/store-request.cjs). */
+  execute(request) {
+    return executeRequest(this, 'SupabaseLeaseStore', request);
+  }
+
+  /** Every row of `table` that may meet `when` (the coarse filters run on the server). */
+  _scan(table, when) {
+    return this._all(table, coarse(when));
+  }
+
+  async _readLog(runId, effectKey) {
+    const entries = await this._run(
+      `read ${this.tables.log}`,
+      this.from('log').select('*').eq('run_id', runId).eq('effect_key', effectKey).order('at', { ascending: true }),
+    );
+    return entries ?? [];
+  }
+
+  async _upsertInstance(req) {
+    const now = new Date(this._clock()).toISOString();
+    const row = await this._run(
+      `upsert ${this.tables.instances}`,
+      this.from('instances')
+        .upsert(
+          { instance_id: req.instance_id, hostname: req.hostname, pid: req.pid, status: 'alive', started_at: now, last_heartbeat: now, metadata: req.metadata },
+          { onConflict: 'instance_id' },
+        )
+        .select('*')
+        .single(),
+    );
+    return { now, reply: { kind: 'instances', instances: [row] } };
   }
 
   async _updateRun(req) {

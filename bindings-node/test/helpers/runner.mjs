@@ -1,34 +1,31 @@
-// The conformance scenario runner for the Node binding: a port of the semantics of
-// core/src/conformance.rs (`replay`), driving every op through this package's public API.
+// The conformance scenario runner of heart-fleet's JavaScript API: a port of the semantics of
+// core/src/conformance.rs (`replay`), driving every op through the public API of the package
+// under test, and the conformance test suite over it (`conformanceSuite`). One runner for the
+// Node package (napi-rs, bindings-node/test/conformance.test.mjs) and heart-fleet-wasm (Deno
+// and Node, bindings-wasm/bindgen/test/conformance.test.mjs): each passes its own package in,
+// so this file imports nothing of either and runs under `node --test` and `deno test` alike.
 //
-// Three store modes: `memory` (HeartFleet over MemoryLeaseStore: the Rust store, driven
-// synchronously inside Rust), `js-store` (HeartFleet over a JS store object whose async
-// `execute` forwards to the same memory store: every store request goes through the JS
-// async driving loop as an object) and `text-store` (the same through `executeJson`, the
-// JSON-text fast path that PgLeaseStore uses).
+// Store modes: `memory` (HeartFleet over MemoryLeaseStore: the core's store, driven inside the
+// native module), `js-store` (HeartFleet over a JS store object whose async `execute` forwards
+// to the same memory store: every store request goes through the JS async driving loop as an
+// object), `text-store` (the same through `executeJson`, the JSON-text fast path that
+// PgLeaseStore uses) and one external store mode that the test plugs in (the Node package: its
+// SupabaseLeaseStore over a fake PostgREST; heart-fleet-wasm: DenoKvLeaseStore over Deno KV),
+// seeded with the scenario's rows, the memory store keeping the scenario's clock.
 
-import { createRequire } from 'node:module';
-import { FakeSupabase } from './fake-supabase.mjs';
-import {
-  HeartFleet,
-  MemoryLeaseStore,
-  SupabaseLeaseStore,
-  MemoryEffectLedger,
-  DurableEffectLedger,
-  executeWithLease,
-  guardIrreversible,
-  sendOnce,
-  reconcileOutbox,
-  canonicalize,
-  digest,
-  deterministicResourceId,
-  effectKey,
-  verifyReceipt,
-  ERROR_CODES,
-} from '../../index.mjs';
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
 
-const require = createRequire(import.meta.url);
-export const native = require('../../lib/native.cjs');
+/** The package under test (its ES module namespace) and its native module; set by `use`. */
+let api = null;
+let native = null;
+
+/** Binds the runner to a package (its ES module namespace) and its native module. */
+export function use(pkg, nativeModule) {
+  api = pkg;
+  native = nativeModule;
+}
 
 /** An async JS store object over a memory store: every call yields before answering. */
 export class AsyncJsStore {
@@ -52,7 +49,7 @@ export class AsyncTextStore extends AsyncJsStore {
   }
 }
 
-/** MemoryStore::fail_after's semantics in front of any store (the supabase mode). */
+/** MemoryStore::fail_after's semantics in front of any store (the external store mode). */
 export class FailingStore {
   constructor(inner) {
     this.inner = inner;
@@ -100,7 +97,7 @@ export function matches(want, got, path) {
 }
 
 function errJson(e) {
-  if (e && typeof e.code === 'string' && ERROR_CODES.includes(e.code)) return { error: e.code, message: e.message };
+  if (e && typeof e.code === 'string' && api.ERROR_CODES.includes(e.code)) return { error: e.code, message: e.message };
   throw e;
 }
 
@@ -137,25 +134,33 @@ function probeFns(probes) {
 export const SKIPPED_OPS = Object.freeze({});
 
 /**
- * Replays one scenario (JSON text) in `mode` ('memory' or 'js-store'). Returns the replay
- * in the Rust runner's shape: {name, steps:[{op, result}], receipts, metrics, runs, intents,
- * dispatchLog, instances, fired, failure}.
+ * Replays one scenario (JSON text) in `mode`: 'memory', 'js-store', 'text-store', or the name
+ * of `external`. Returns the replay in the Rust runner's shape: {name, steps:[{op, result}],
+ * receipts, metrics, runs, intents, dispatchLog, instances, fired, failure}, plus the store
+ * calls and the opened external store (`external`).
+ *
+ * `external`, or null, is an external store mode: `{ name, async open(memory, sc), check? }`.
+ * `open` answers `{ store, async rows() }` (and whatever else `check` wants to see): a store
+ * seeded with the rows of `memory` (the scenario's MemoryLeaseStore, whose `now()` is the
+ * scenario's clock), and its final rows as `{runs, intents, dispatchLog, instances}`.
+ * `check(js, rust)` compares the replay with the native one in place of the full comparison
+ * the other modes get (conformanceSuite).
  */
-export async function replay(text, mode) {
+export async function replay(text, mode, external = null) {
+  if (api === null) throw new Error('runner: call use(api, native) first');
+  const { HeartFleet, MemoryLeaseStore, MemoryEffectLedger, DurableEffectLedger } = api;
   const sc = JSON.parse(text);
   const memory = MemoryLeaseStore.fromScenario(text);
   const { maxRetries } = JSON.parse(native.scenarioConfig(text));
   let store;
-  let fake = null;
-  if (mode === 'supabase') {
-    // The scenario's rows, in the recording fake PostgREST; the memory store keeps the clock.
-    fake = new FakeSupabase();
-    fake.seed('agent_runs', memory.runs());
-    fake.seed('effect_intents', memory.intents());
-    fake.seed('agent_instances', memory.instances());
-    store = new FailingStore(new SupabaseLeaseStore({ client: fake, now: () => memory.now() }));
-  } else {
+  let ext = null;
+  if (external !== null && mode === external.name) {
+    ext = await external.open(memory, sc);
+    store = new FailingStore(ext.store);
+  } else if (mode === 'memory' || mode === 'js-store' || mode === 'text-store') {
     store = mode === 'js-store' ? new AsyncJsStore(memory) : mode === 'text-store' ? new AsyncTextStore(memory) : memory;
+  } else {
+    throw new Error(`runner: unknown store mode ${mode}`);
   }
   const heart = new HeartFleet({ store, maxRetries: maxRetries === null ? Infinity : maxRetries });
   const ledger = new MemoryEffectLedger();
@@ -193,7 +198,7 @@ export async function replay(text, mode) {
         memory.setNow(a.at);
         return [null];
       case 'failNext':
-        (fake ? store : memory).failAfter(a.request, a.after ?? 0, a.times ?? 1);
+        (ext ? store : memory).failAfter(a.request, a.after ?? 0, a.times ?? 1);
         return [null];
       case 'acquire': {
         const v = await tryJson(() => heart.acquire(a.runId ?? '', a.owner ?? '', a.ttlSeconds ?? 0));
@@ -214,7 +219,7 @@ export async function replay(text, mode) {
         const l = a.ledger === 'durable' ? durable : ledger;
         try {
           return [
-            await guardIrreversible(heart, a.fence, l, key, () => {
+            await api.guardIrreversible(heart, a.fence, l, key, () => {
               fire(key);
               return effectOutcome(a.effect);
             }),
@@ -227,7 +232,7 @@ export async function replay(text, mode) {
         const key = a.effectKey ?? '';
         try {
           return [
-            await sendOnce(heart, durable, {
+            await api.sendOnce(heart, durable, {
               fence: a.fence,
               channel: a.channel,
               effectKey: key,
@@ -245,7 +250,7 @@ export async function replay(text, mode) {
       case 'reconcileOutbox':
         return [
           await tryJson(() =>
-            reconcileOutbox(durable, { probes: probeFns(a.probes), maxAttempts: a.maxAttempts ?? 5, limit: a.limit ?? 50 }),
+            api.reconcileOutbox(durable, { probes: probeFns(a.probes), maxAttempts: a.maxAttempts ?? 5, limit: a.limit ?? 50 }),
           ),
         ];
       case 'executeWithLease':
@@ -275,15 +280,15 @@ export async function replay(text, mode) {
       case 'listRuns':
         return [await tryJson(() => heart.listRuns({ status: a.status ?? null, limit: a.limit ?? 100 }))];
       case 'canonicalize':
-        return [await tryJson(() => canonicalize(parseJson(a.json)))];
+        return [await tryJson(() => api.canonicalize(parseJson(a.json)))];
       case 'digest':
-        return [await tryJson(() => digest(parseJson(a.json)))];
+        return [await tryJson(() => api.digest(parseJson(a.json)))];
       case 'deterministicResourceId':
-        return [await tryJson(() => deterministicResourceId(a.kind ?? '', a.key ?? ''))];
+        return [await tryJson(() => api.deterministicResourceId(a.kind ?? '', a.key ?? ''))];
       case 'effectKey':
-        return [await tryJson(() => effectKey(a.prefix ?? '', a.identity === undefined ? null : a.identity))];
+        return [await tryJson(() => api.effectKey(a.prefix ?? '', a.identity === undefined ? null : a.identity))];
       case 'verifyReceipt':
-        return [await tryJson(() => verifyReceipt(a.receipt))];
+        return [await tryJson(() => api.verifyReceipt(a.receipt))];
       case 'expectFired':
         for (const [k, n] of Object.entries(a)) {
           const got = fired[k] ?? 0;
@@ -317,7 +322,7 @@ export async function replay(text, mode) {
         const key = work.guard.effectKey ?? '';
         const fence = getFence();
         try {
-          await guardIrreversible(heart, fence, ledger, key, () => {
+          await api.guardIrreversible(heart, fence, ledger, key, () => {
             fire(key);
             return 'fired';
           });
@@ -329,7 +334,7 @@ export async function replay(text, mode) {
     };
     let v;
     try {
-      v = await executeWithLease(
+      v = await api.executeWithLease(
         heart,
         {
           runId: a.runId ?? '',
@@ -373,20 +378,23 @@ export async function replay(text, mode) {
     }
     if (typeof step.save === 'string') saved.set(step.save, saveable === undefined ? result : saveable);
   }
+  const rows = ext
+    ? await ext.rows()
+    : { runs: memory.runs(), intents: memory.intents(), dispatchLog: memory.dispatchLog(), instances: memory.instances() };
   const out = {
     name: sc.name,
     steps,
     receipts: heart.receipts(),
     metrics: heart.metrics,
-    runs: fake ? fake.rows('agent_runs') : memory.runs(),
-    intents: fake ? fake.rows('effect_intents') : memory.intents(),
-    dispatchLog: fake ? fake.rows('outbox_dispatch_log') : memory.dispatchLog(),
-    instances: fake ? fake.rows('agent_instances') : memory.instances(),
+    runs: rows.runs,
+    intents: rows.intents,
+    dispatchLog: rows.dispatchLog,
+    instances: rows.instances,
     fired,
     failure,
     storeCalls: mode === 'memory' ? null : store.calls,
     memoryRequests: memory.requestCount(),
-    restCalls: fake ? fake.calls.length : null,
+    external: ext,
   };
   if (!out.failure) {
     try {
@@ -401,7 +409,7 @@ export async function replay(text, mode) {
 function checkFinal(sc, r) {
   r.receipts.forEach((receipt, n) => {
     try {
-      verifyReceipt(receipt);
+      api.verifyReceipt(receipt);
     } catch (e) {
       throw new Error(`receipt ${n} does not verify: ${e.message}`);
     }
@@ -423,4 +431,101 @@ function checkFinal(sc, r) {
   if (expect.intents) matches(expect.intents, r.intents, 'intents');
   if (expect.dispatchLog) matches(expect.dispatchLog, r.dispatchLog, 'dispatchLog');
   if (expect.instances) matches(expect.instances, r.instances, 'instances');
+}
+
+/** Every conformance scenario of tests/conformance/: [file, text], sorted by file name. */
+export function scenarios() {
+  const dir = new URL('../../../tests/conformance/', import.meta.url);
+  return readdirSync(dir)
+    .filter((f) => f.endsWith('.json'))
+    .sort()
+    .map((f) => [f, readFileSync(new URL(f, dir), 'utf8')]);
+}
+
+/** Drops error messages (the binding re-throws the effect's own exception). */
+export function withoutMessages(v) {
+  if (Array.isArray(v)) return v.map(withoutMessages);
+  if (v !== null && typeof v === 'object') {
+    const out = {};
+    for (const [k, x] of Object.entries(v)) {
+      if (k === 'message' && typeof v.error === 'string') continue;
+      out[k] = withoutMessages(x);
+    }
+    return out;
+  }
+  return v;
+}
+
+/** Native ⊆ binding: every key the native result has, the binding's has with the same value. */
+export function contains(want, got, path) {
+  if (want !== null && typeof want === 'object') {
+    assert.ok(got !== null && typeof got === 'object', `${path}: expected ${JSON.stringify(want)}, got ${JSON.stringify(got)}`);
+    if (Array.isArray(want)) assert.equal(got.length, want.length, `${path}: length`);
+    for (const k of Object.keys(want)) contains(want[k], got[k] === undefined ? null : got[k], `${path}.${k}`);
+    return;
+  }
+  assert.deepEqual(got, want, path);
+}
+
+/**
+ * Scenarios the suite does not run, with the reason. Anything listed here is printed;
+ * anything not listed must pass. Empty: every scenario runs in every mode.
+ */
+export const SKIPPED_SCENARIOS = Object.freeze({});
+
+/**
+ * The conformance tests: every scenario of tests/conformance/ in every store mode, through
+ * `api` (the package under test; `native` its native module, whose `nativeReplay` is the
+ * core's own replay). Each replay must pass the scenario's expectations and equal the native
+ * replay: every step's result, the receipts, the counters, the final rows and how often each
+ * effect fired (an external mode: what its `check` compares). `binding` names the package in
+ * failure messages; `external` is the external store mode, or null.
+ */
+export function conformanceSuite({ api: pkg, native: nativeModule, binding, external = null }) {
+  use(pkg, nativeModule);
+  const files = scenarios();
+  const modes = ['memory', 'js-store', 'text-store', ...(external ? [external.name] : [])];
+  console.log(
+    `conformance: ${files.length} scenarios × ${modes.length} store modes (${modes.join(', ')}); skip list: ` +
+      (Object.keys(SKIPPED_SCENARIOS).length === 0 && Object.keys(SKIPPED_OPS).length === 0
+        ? '(none)'
+        : JSON.stringify({ scenarios: SKIPPED_SCENARIOS, ops: SKIPPED_OPS })),
+  );
+
+  test('the scenario folder is not empty', () => {
+    assert.ok(files.length >= 60, `found only ${files.length} scenarios in tests/conformance/`);
+  });
+
+  for (const [file, text] of files) {
+    const name = JSON.parse(text).name;
+    for (const mode of modes) {
+      const skip = SKIPPED_SCENARIOS[name];
+      test(`${name} [${mode}]`, { skip: skip ? `skipped: ${skip}` : false }, async () => {
+        const js = await replay(text, mode, external);
+        assert.equal(js.failure, null, `scenario ${name} (${file}) failed in ${binding} (${mode}): ${js.failure}`);
+        const rust = JSON.parse(native.nativeReplay(text));
+        assert.equal(rust.failure, null, `the native replay of ${name} failed: ${rust.failure}`);
+        assert.deepEqual({ ...js.metrics }, rust.metrics, 'metrics');
+        assert.deepEqual(js.fired, rust.fired, 'fired');
+        if (js.external && external.check) {
+          external.check(js, rust);
+          return;
+        }
+        assert.equal(js.steps.length, rust.steps.length, 'steps replayed');
+        rust.steps.forEach((s, i) => {
+          assert.equal(js.steps[i].op, s.op);
+          contains(withoutMessages(s.result), withoutMessages(js.steps[i].result), `step ${i} (${s.op})`);
+        });
+        assert.deepEqual(js.receipts.map((r) => ({ ...r })), rust.receipts, 'receipts');
+        assert.deepEqual(js.runs, rust.runs, 'runs');
+        assert.deepEqual(js.intents, rust.intents, 'intents');
+        assert.deepEqual(js.dispatchLog, rust.dispatch_log, 'dispatch log');
+        assert.deepEqual(js.instances, rust.instances, 'instances');
+        if (mode !== 'memory') {
+          // Every store request really went through the JS store object.
+          assert.equal(js.storeCalls, js.memoryRequests, 'store requests that bypassed the JS store object');
+        }
+      });
+    }
+  }
 }
