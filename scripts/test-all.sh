@@ -82,5 +82,8 @@ node --version
 step "Python: the pyo3 wheel (maturin), installed into a fresh venv, pytest incl. PostgreSQL, mypy --strict"
 bash scripts/test-python.sh
 
+step "Deno and edge runtimes: the wasm-bindgen module in a real Deno and in Node, Deno KV, the Deno.serve example"
+bash scripts/test-deno.sh
+
 echo
 echo "all tests passed"

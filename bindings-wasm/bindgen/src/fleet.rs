@@ -1,0 +1,147 @@
+//! [`NativeFleet`] and [`NativeOp`]: the step protocol of [`heart_fleet_core::bridge`].
+
+use heart_fleet_core::bridge::{Begun, BridgeFleet, BridgeOp};
+use wasm_bindgen::prelude::*;
+
+use crate::{NativeMemoryStore, num, opt_int, parse, text};
+
+/// The counters, receipts and configuration of one `HeartFleet`, and the factory of its
+/// operations.
+#[wasm_bindgen]
+pub struct NativeFleet {
+    inner: BridgeFleet,
+}
+
+#[wasm_bindgen]
+impl NativeFleet {
+    /// A fleet with retry ceiling `maxRetries` (`null`: never quarantine). With `sink`,
+    /// receipts are handed to JavaScript with each step instead of being kept.
+    #[wasm_bindgen(constructor)]
+    pub fn new(max_retries: JsValue, sink: JsValue) -> Result<NativeFleet, JsValue> {
+        let max = match opt_int("maxRetries", &max_retries)? {
+            None => None,
+            Some(n) => Some(crate::uint32("maxRetries", &JsValue::from_f64(num(n)))?),
+        };
+        let sink = sink.as_bool().ok_or_else(|| crate::invalid("sink must be a boolean"))?;
+        Ok(NativeFleet { inner: BridgeFleet::new(max, sink) })
+    }
+
+    /// Answers store requests of this fleet's operations from a memory store, inside the
+    /// module (the fast path for `MemoryLeaseStore`).
+    #[wasm_bindgen(js_name = attachMemoryStore)]
+    pub fn attach_memory_store(&mut self, store: &NativeMemoryStore) {
+        self.inner.attach_memory_store(store.bridge());
+    }
+
+    /// Builds operation `kind` from `args` (JSON) and starts it. Returns the final step
+    /// (JSON text) when it finished without JavaScript, else the operation to resume.
+    pub fn begin(&self, kind: JsValue, args: JsValue) -> Result<JsValue, JsValue> {
+        let kind = text("kind", &kind)?;
+        let args = text("args", &args)?;
+        Ok(match self.inner.begin(&kind, &args) {
+            Begun::Done(step) => JsValue::from_str(&step),
+            Begun::Pending(op) => NativeOp { inner: op }.into(),
+        })
+    }
+
+    /// The 13 counters (an object with the reference's camelCase names).
+    pub fn metrics(&self) -> Result<JsValue, JsValue> {
+        let text = serde_json::to_string(&self.inner.metrics())
+            .map_err(|e| crate::coded(heart_fleet_core::ErrorCode::StoreProtocol, &e.to_string()))?;
+        parse(&text)
+    }
+
+    /// The counters in the Prometheus text exposition format.
+    pub fn prometheus(&self) -> String {
+        self.inner.prometheus()
+    }
+
+    /// The receipts kept so far (JSON array; empty when a sink takes them).
+    #[wasm_bindgen(js_name = receiptsJson)]
+    pub fn receipts_json(&self) -> String {
+        self.inner.receipts_json()
+    }
+
+    /// How many receipts are kept.
+    #[wasm_bindgen(js_name = receiptCount)]
+    pub fn receipt_count(&self) -> f64 {
+        num(i64::try_from(self.inner.receipt_count()).unwrap_or(i64::MAX))
+    }
+}
+
+/// One operation waiting for JavaScript. Resume it with the answer to its current need.
+#[wasm_bindgen]
+pub struct NativeOp {
+    inner: BridgeOp,
+}
+
+#[wasm_bindgen]
+impl NativeOp {
+    /// The current need (JSON text).
+    pub fn need(&self) -> String {
+        self.inner.need().to_owned()
+    }
+
+    /// The store request of the current need (StoreRequest JSON text; empty when the need
+    /// is not a store request).
+    pub fn request(&self) -> String {
+        self.inner.request().to_owned()
+    }
+
+    /// The store's answer (StoreAnswer JSON). Text that is not a StoreAnswer ends the
+    /// operation with `store-protocol`.
+    #[wasm_bindgen(js_name = resumeStore)]
+    pub fn resume_store(&mut self, answer: JsValue) -> Result<String, JsValue> {
+        Ok(self.inner.resume_store(&text("answer", &answer)?))
+    }
+
+    /// The store failed (it threw or rejected): the operation ends with `store-unavailable`.
+    #[wasm_bindgen(js_name = resumeStoreError)]
+    pub fn resume_store_error(&mut self, message: JsValue) -> Result<String, JsValue> {
+        Ok(self.inner.resume_store_error(&text("message", &message)?))
+    }
+
+    /// The effect ledger's answer: `true` the first time the key was recorded.
+    #[wasm_bindgen(js_name = resumeRecorded)]
+    pub fn resume_recorded(&mut self, first: JsValue) -> Result<String, JsValue> {
+        let first = first.as_bool().ok_or_else(|| crate::invalid("first must be a boolean"))?;
+        Ok(self.inner.resume_recorded(first))
+    }
+
+    /// The effect ledger failed.
+    #[wasm_bindgen(js_name = resumeRecordedError)]
+    pub fn resume_recorded_error(&mut self, message: JsValue) -> Result<String, JsValue> {
+        Ok(self.inner.resume_recorded_error(&text("message", &message)?))
+    }
+
+    /// The effect's result (JSON; the `external_ref` evidence for send-once).
+    #[wasm_bindgen(js_name = resumeEffect)]
+    pub fn resume_effect(&mut self, value: JsValue) -> Result<String, JsValue> {
+        Ok(self.inner.resume_effect(&text("value", &value)?))
+    }
+
+    /// The effect threw.
+    #[wasm_bindgen(js_name = resumeEffectError)]
+    pub fn resume_effect_error(&mut self, message: JsValue) -> Result<String, JsValue> {
+        Ok(self.inner.resume_effect_error(&text("message", &message)?))
+    }
+
+    /// The probe's verdict: `{"status":"sent","externalRef":…}`, `{"status":"not-sent"}` or
+    /// `{"status":"unknown"}`. Anything else counts as a probe failure.
+    #[wasm_bindgen(js_name = resumeProbe)]
+    pub fn resume_probe(&mut self, verdict: JsValue) -> Result<String, JsValue> {
+        Ok(self.inner.resume_probe(&text("verdict", &verdict)?))
+    }
+
+    /// The probe threw.
+    #[wasm_bindgen(js_name = resumeProbeError)]
+    pub fn resume_probe_error(&mut self, message: JsValue) -> Result<String, JsValue> {
+        Ok(self.inner.resume_probe_error(&text("message", &message)?))
+    }
+
+    /// Whether the operation finished.
+    #[wasm_bindgen(js_name = isDone)]
+    pub fn is_done(&self) -> bool {
+        self.inner.is_done()
+    }
+}
