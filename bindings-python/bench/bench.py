@@ -11,7 +11,7 @@
     python bench/bench.py            # about 1 s per row
     python bench/bench.py --seconds 0.3
 
-Prints a Markdown table (for BENCHMARKS.md).
+Prints a Markdown table (for the root BENCHMARKS.md).
 """
 
 from __future__ import annotations
