@@ -7,6 +7,7 @@ green CI run never hides a skipped PostgreSQL test.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import uuid
@@ -99,3 +100,28 @@ def snapshot(store: hf.MemoryLeaseStore) -> Any:
         [d.to_dict() for d in store.dispatch_log()],
         [i.to_dict() for i in store.instances()],
     )
+
+
+class LoopTicker:
+    """Counts event-loop turns while the body of ``async with LoopTicker() as t`` runs: a
+    store that blocked the loop would leave ``t.ticks`` near zero."""
+
+    def __init__(self, interval: float = 0.0) -> None:
+        self.interval = interval
+        self.ticks = 0
+        self._done = False
+        self._task: asyncio.Future[None] | None = None
+
+    async def _run(self) -> None:
+        while not self._done:
+            self.ticks += 1
+            await asyncio.sleep(self.interval)
+
+    async def __aenter__(self) -> LoopTicker:
+        self._task = asyncio.ensure_future(self._run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._done = True
+        if self._task is not None:
+            await self._task

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import heart_fleet as hf
-from conftest import T0
+from conftest import LoopTicker, T0
 
 
 class SlowStore:
@@ -28,22 +28,11 @@ class SlowStore:
 
 async def test_the_event_loop_keeps_ticking_during_an_operation(memory: hf.MemoryLeaseStore) -> None:
     heart = hf.HeartFleet(SlowStore(memory, delay=0.02))
-    ticks = 0
-    done = False
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while not done:
-            ticks += 1
-            await asyncio.sleep(0.001)
-
-    t = asyncio.ensure_future(ticker())
-    a = await heart.acquire_async("r1", "w", 60)
-    assert await heart.verify_fence_async(a.fence)  # type: ignore[arg-type]
-    done = True
-    await t
+    async with LoopTicker(0.001) as loop:
+        a = await heart.acquire_async("r1", "w", 60)
+        assert await heart.verify_fence_async(a.fence)  # type: ignore[arg-type]
     assert a.acquired
-    assert ticks >= 5, f"the loop ticked only {ticks} times during 2 store round trips of 20 ms"
+    assert loop.ticks >= 5, f"the loop ticked only {loop.ticks} times during 2 store round trips of 20 ms"
 
 
 async def test_concurrent_acquires_have_exactly_one_winner(memory: hf.MemoryLeaseStore) -> None:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import heart_fleet as hf
-from conftest import pg_run_id, seed_pg_run
+from conftest import LoopTicker, pg_run_id, seed_pg_run
 
 
 def test_migrate_is_idempotent_under_the_advisory_lock(pg_url: str) -> None:
@@ -145,21 +145,10 @@ def test_the_async_store(pg_url: str) -> None:
         try:
             assert all(applied is False for _, applied in await stores[0].migrate())
             hearts = [hf.HeartFleet(s) for s in stores]
-            ticks = 0
-            done = False
-
-            async def ticker() -> None:
-                nonlocal ticks
-                while not done:
-                    ticks += 1
-                    await asyncio.sleep(0)
-
-            t = asyncio.ensure_future(ticker())
-            results = await asyncio.gather(*(h.acquire_async(rid, f"w{i}", 60) for i, h in enumerate(hearts)))
-            done = True
-            await t
+            async with LoopTicker() as loop:
+                results = await asyncio.gather(*(h.acquire_async(rid, f"w{i}", 60) for i, h in enumerate(hearts)))
             assert sum(r.acquired for r in results) == 1
-            assert ticks > 5, "the event loop was blocked while PostgreSQL worked"
+            assert loop.ticks > 5, "the event loop was blocked while PostgreSQL worked"
             winner = next(h for h, r in zip(hearts, results) if r.acquired)
             fence = next(r.fence for r in results if r.acquired)
             assert await winner.verify_fence_async(fence)  # type: ignore[arg-type]

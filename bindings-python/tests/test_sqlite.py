@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import heart_fleet as hf
+from conftest import LoopTicker
 
 
 def cli() -> str:
@@ -169,27 +170,17 @@ def test_the_async_sqlite_store_keeps_the_loop_running(tmp_path: Path) -> None:
         # Another connection holds the write lock for a while: the acquire waits on a thread.
         blocker = sqlite3.connect(db, isolation_level=None, timeout=5)
         blocker.execute("BEGIN IMMEDIATE")
-        ticks = 0
-        done = False
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while not done:
-                ticks += 1
-                await asyncio.sleep(0.002)
-
         async def release_later() -> None:
             await asyncio.sleep(0.15)
             blocker.execute("COMMIT")
 
-        t = asyncio.ensure_future(ticker())
-        r = asyncio.ensure_future(release_later())
-        results = await asyncio.gather(*(heart.acquire_async(run.id, f"w{i}", 60) for i in range(4)))
-        done = True  # ticks counted while the acquires waited ~150 ms for the lock
+        # ticks counted while the acquires waited ~150 ms for the lock
+        async with LoopTicker(0.002) as loop:
+            r = asyncio.ensure_future(release_later())
+            results = await asyncio.gather(*(heart.acquire_async(run.id, f"w{i}", 60) for i in range(4)))
         await r
-        await t
         blocker.close()
-        return ticks, list(results)
+        return loop.ticks, list(results)
 
     ticks, results = asyncio.run(go())
     assert ticks >= 20, f"the event loop ticked only {ticks} times while SQLite was locked for 150 ms"
