@@ -2,7 +2,7 @@
 //!
 //! An operation is a [`Machine`]: a value that says what it needs next ([`Need`]) and is
 //! resumed with the answer ([`Answer`]) until it is [`Step::Done`]. Inside, each operation
-//! is written as straight-line `async` code over a [`Io`] handle whose `await` points hand
+//! is written as straight-line `async` code over an `Io` handle whose `await` points hand
 //! a request out and suspend; no executor, thread, timer or waker is involved (the machine
 //! is polled with a no-op waker and is only ever pending on its own request slot).
 //! Receipts and metric changes are queued as [`Event`]s in order and drained by the driver
