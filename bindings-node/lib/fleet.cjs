@@ -364,7 +364,7 @@ class HeartFleet {
 
   /** Operator: one run, or null. */
   async getRun(runId) {
-    return drive(this, 'showRun', { runId: str('runId', runId) });
+    return drive(this, 'getRun', { runId: str('runId', runId) });
   }
 
   /** Operator: a quarantined run back to `ready` with `retries = 0` (receipt `requeued`). */

@@ -102,7 +102,7 @@ pub trait FleetApi {
     /// Operator: list runs.
     fn list_runs(&mut self, status: Option<RunStatus>, limit: u32) -> Result<Vec<RunRow>, HeartError>;
     /// Operator: one run.
-    fn show_run(&mut self, run_id: &str) -> Result<Option<RunRow>, HeartError>;
+    fn get_run(&mut self, run_id: &str) -> Result<Option<RunRow>, HeartError>;
     /// Operator: requeue a quarantined run.
     fn requeue_run(&mut self, run_id: &str, operator: &str) -> Result<RunRow, HeartError>;
     /// Operator: force-release a lease.
@@ -239,8 +239,8 @@ macro_rules! fleet_api_by_inherent_methods {
             ) -> Result<Vec<$crate::RunRow>, $crate::HeartError> {
                 <$fleet>::list_runs(self, status, limit)
             }
-            fn show_run(&mut self, run_id: &str) -> Result<Option<$crate::RunRow>, $crate::HeartError> {
-                <$fleet>::show_run(self, run_id)
+            fn get_run(&mut self, run_id: &str) -> Result<Option<$crate::RunRow>, $crate::HeartError> {
+                <$fleet>::get_run(self, run_id)
             }
             fn requeue_run(&mut self, run_id: &str, operator: &str) -> Result<$crate::RunRow, $crate::HeartError> {
                 <$fleet>::requeue_run(self, run_id, operator)

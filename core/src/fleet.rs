@@ -352,8 +352,8 @@ impl<S: LeaseStore> HeartFleet<S> {
     }
 
     /// Operator: one run, or `None`.
-    pub fn show_run(&mut self, run_id: &str) -> Result<Option<RunRow>, HeartError> {
-        self.run(ops::show_run(run_id))
+    pub fn get_run(&mut self, run_id: &str) -> Result<Option<RunRow>, HeartError> {
+        self.run(ops::get_run(run_id))
     }
 
     /// Every instance, by id.

@@ -1150,7 +1150,7 @@ pub fn list_runs(status: Option<RunStatus>, limit: u32) -> Machine<Vec<RunRow>> 
 }
 
 /// Operator: one run.
-pub fn show_run(run_id: &str) -> Machine<Option<RunRow>> {
+pub fn get_run(run_id: &str) -> Machine<Option<RunRow>> {
     if let Err(e) = require("runId", run_id) {
         return Machine::done(Err(e));
     }

@@ -365,7 +365,7 @@ pub fn runs(global: &Global, args: &RunsArgs, out: &mut dyn Write, err: &mut dyn
                 .list_runs(status, *limit)
                 .map(|rows| rows.iter().map(|r| if *json { json_line(r) } else { run_line(r) }).collect::<Vec<_>>())
         }
-        RunsCommand::Show { id } => match s.fleet.show_run(id) {
+        RunsCommand::Show { id } => match s.fleet.get_run(id) {
             Ok(Some(r)) => Ok(vec![json_line(&r)]),
             Ok(None) => Err(HeartError::new(ErrorCode::RunNotFound, format!("run {id} not found"))),
             Err(e) => Err(e),

@@ -389,7 +389,7 @@ class HeartFleet:
 
     @staticmethod
     def _show(run_id: object) -> Plan:
-        return ("showRun", _args(runId=_check.text("run_id", run_id)), _run_or_none)
+        return ("getRun", _args(runId=_check.text("run_id", run_id)), _run_or_none)
 
     def get_run(self, run_id: str) -> RunRow | None:
         """Operator: one run, or ``None``."""

@@ -288,8 +288,8 @@ impl wit_fleet::GuestFleet for Fleet {
         self.op(m, NO_HOST, |rows| rows.into_iter().map(convert::run).collect())
     }
 
-    fn show_run(&self, run_id: String) -> WitResult<Option<wit::RunRow>> {
-        self.op(ops::show_run(&run_id), NO_HOST, |row| row.map(convert::run))
+    fn get_run(&self, run_id: String) -> WitResult<Option<wit::RunRow>> {
+        self.op(ops::get_run(&run_id), NO_HOST, |row| row.map(convert::run))
     }
 
     fn requeue_run(&self, run_id: String, operator: String) -> WitResult<wit::RunRow> {

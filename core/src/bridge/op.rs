@@ -203,7 +203,7 @@ fn build(kind: &str, args: &str, cfg: FleetConfig) -> Result<Box<dyn DynOp + Sen
         "heartbeatInstance" => boxed(ops::heartbeat_instance(&parse::<IdArgs>(kind, args)?.instance_id)),
         "drainInstance" => boxed(ops::drain_instance(&parse::<IdArgs>(kind, args)?.instance_id)),
         "listInstances" => boxed(ops::list_instances()),
-        "showRun" => boxed(ops::show_run(&parse::<IdArgs>(kind, args)?.run_id)),
+        "getRun" => boxed(ops::get_run(&parse::<IdArgs>(kind, args)?.run_id)),
         "requeue" => {
             let a: IdArgs = parse(kind, args)?;
             boxed(ops::requeue_run(&a.run_id, &a.operator))

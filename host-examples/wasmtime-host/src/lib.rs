@@ -676,8 +676,8 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
     }
 
     /// One run.
-    pub fn show_run(&mut self, run_id: &str) -> Result<Option<RunRow>, HeartError> {
-        self.call("show-run", &mut NoHooks, |s, l, _| l.fleet().call_show_run(s, l.fleet, run_id))?
+    pub fn get_run(&mut self, run_id: &str) -> Result<Option<RunRow>, HeartError> {
+        self.call("get-run", &mut NoHooks, |s, l, _| l.fleet().call_get_run(s, l.fleet, run_id))?
             .map_err(convert::error)?
             .map(convert::run)
             .transpose()
