@@ -46,12 +46,21 @@ pub type WorkFn<'a> = dyn FnMut(&mut dyn ScenarioWork) -> Result<Value, String> 
 /// ([`FleetApi`]), and the memory store's controls and snapshots. The canonical functions
 /// default to the core's own.
 pub trait Engine: FleetApi {
+    /// The memory store the engine runs on (its clock, injected failures and rows).
+    fn memory(&mut self) -> &mut MemoryStore;
+
     /// Moves the store's clock by `ms` (may be negative).
-    fn advance(&mut self, ms: i64);
+    fn advance(&mut self, ms: i64) {
+        self.memory().advance(ms);
+    }
     /// Sets the store's clock.
-    fn set_clock(&mut self, at: Timestamp);
+    fn set_clock(&mut self, at: Timestamp) {
+        self.memory().set_now(at);
+    }
     /// Lets `after` store requests named `request` (or `*`) through, then fails the next `times`.
-    fn fail_after(&mut self, request: &str, after: u32, times: u32);
+    fn fail_after(&mut self, request: &str, after: u32, times: u32) {
+        self.memory().fail_after(request, after, times);
+    }
     /// `executeWithLease` with work that may move the store's clock.
     fn execute_scenario_work(
         &mut self,
@@ -81,13 +90,21 @@ pub trait Engine: FleetApi {
     }
 
     /// Every run, in insertion order.
-    fn runs(&mut self) -> Vec<RunRow>;
+    fn runs(&mut self) -> Vec<RunRow> {
+        self.memory().runs().to_vec()
+    }
     /// Every intent, by key.
-    fn intents(&mut self) -> Vec<IntentRow>;
+    fn intents(&mut self) -> Vec<IntentRow> {
+        self.memory().intents().cloned().collect()
+    }
     /// The dispatch log, in order.
-    fn dispatch_log(&mut self) -> Vec<DispatchLogEntry>;
+    fn dispatch_log(&mut self) -> Vec<DispatchLogEntry> {
+        self.memory().dispatch_log().to_vec()
+    }
     /// Every instance, by id.
-    fn instances(&mut self) -> Vec<InstanceRow>;
+    fn instances(&mut self) -> Vec<InstanceRow> {
+        self.memory().instances().cloned().collect()
+    }
 }
 
 /// One replayed step.
@@ -565,14 +582,8 @@ fn check_final(sc: &Value, r: &Replay) -> Result<(), String> {
 
 /// The native engine: [`HeartFleet`] over the memory store.
 impl Engine for HeartFleet<MemoryStore> {
-    fn advance(&mut self, ms: i64) {
-        self.store_mut().advance(ms);
-    }
-    fn set_clock(&mut self, at: Timestamp) {
-        self.store_mut().set_now(at);
-    }
-    fn fail_after(&mut self, request: &str, after: u32, times: u32) {
-        self.store_mut().fail_after(request, after, times);
+    fn memory(&mut self) -> &mut MemoryStore {
+        self.store_mut()
     }
     fn execute_scenario_work(
         &mut self,
@@ -580,18 +591,6 @@ impl Engine for HeartFleet<MemoryStore> {
         work: &mut WorkFn<'_>,
     ) -> Result<Result<ExecuteOutcome<Value>, String>, HeartError> {
         HeartFleet::execute_with_lease(self, opts, |cx| work(cx))
-    }
-    fn runs(&mut self) -> Vec<RunRow> {
-        self.store().runs().to_vec()
-    }
-    fn intents(&mut self) -> Vec<IntentRow> {
-        self.store().intents().cloned().collect()
-    }
-    fn dispatch_log(&mut self) -> Vec<DispatchLogEntry> {
-        self.store().dispatch_log().to_vec()
-    }
-    fn instances(&mut self) -> Vec<InstanceRow> {
-        self.store().instances().cloned().collect()
     }
 }
 

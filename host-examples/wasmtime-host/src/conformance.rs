@@ -4,8 +4,7 @@
 
 use heart_fleet_core::conformance::{Engine, ScenarioWork, Setup, WorkFn};
 use heart_fleet_core::fleet::{ExecuteOutcome, LeaseOptions};
-use heart_fleet_core::model::DispatchLogEntry;
-use heart_fleet_core::{HeartError, InstanceRow, IntentRow, MemoryStore, RunRow, Timestamp};
+use heart_fleet_core::{HeartError, MemoryStore};
 use serde_json::Value;
 
 use crate::{ComponentFleet, ComponentLeaseContext, FleetComponent};
@@ -18,14 +17,8 @@ pub fn engine(component: &FleetComponent, setup: Setup) -> Result<ComponentFleet
 }
 
 impl Engine for ComponentFleet<MemoryStore> {
-    fn advance(&mut self, ms: i64) {
-        self.store_mut().advance(ms);
-    }
-    fn set_clock(&mut self, at: Timestamp) {
-        self.store_mut().set_now(at);
-    }
-    fn fail_after(&mut self, request: &str, after: u32, times: u32) {
-        self.store_mut().fail_after(request, after, times);
+    fn memory(&mut self) -> &mut MemoryStore {
+        self.store_mut()
     }
     fn execute_scenario_work(
         &mut self,
@@ -48,18 +41,6 @@ impl Engine for ComponentFleet<MemoryStore> {
     }
     fn verify_receipt(&mut self, receipt: &Value) -> Result<(), HeartError> {
         ComponentFleet::verify_receipt(self, receipt)
-    }
-    fn runs(&mut self) -> Vec<RunRow> {
-        self.store().runs().to_vec()
-    }
-    fn intents(&mut self) -> Vec<IntentRow> {
-        self.store().intents().cloned().collect()
-    }
-    fn dispatch_log(&mut self) -> Vec<DispatchLogEntry> {
-        self.store().dispatch_log().to_vec()
-    }
-    fn instances(&mut self) -> Vec<InstanceRow> {
-        self.store().instances().cloned().collect()
     }
 }
 
