@@ -59,8 +59,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use heart_fleet_core::ops::{Fenced, ReleaseTo};
-use heart_fleet_core::sql::{self, Dialect, SqlParam, SqlRow, SqlValue, Statement};
+use heart_fleet_core::sql::{self, Dialect, SqlParam, SqlValue, Statement};
 use heart_fleet_core::{HeartFleet, HeartReceipt, LeaseStore, StoreAnswer, StoreError, StoreRequest};
+use heart_fleet_stores::pg::sql_rows;
 use heart_fleet_stores::{PgStore, connect, migrate};
 use postgres::types::{ToSql, Type};
 
@@ -257,31 +258,6 @@ struct TypedPg(postgres::Client);
 struct PreparedPg {
     client: postgres::Client,
     cache: HashMap<String, postgres::Statement>,
-}
-
-fn cell(row: &postgres::Row, i: usize, ty: &Type) -> Result<SqlValue, postgres::Error> {
-    Ok(if *ty == Type::TEXT || *ty == Type::VARCHAR || *ty == Type::NAME {
-        row.try_get::<_, Option<String>>(i)?.map_or(SqlValue::Null, SqlValue::Text)
-    } else if *ty == Type::INT4 {
-        row.try_get::<_, Option<i32>>(i)?.map_or(SqlValue::Null, |v| SqlValue::Int(i64::from(v)))
-    } else if *ty == Type::INT8 {
-        row.try_get::<_, Option<i64>>(i)?.map_or(SqlValue::Null, SqlValue::Int)
-    } else {
-        row.try_get::<_, Option<bool>>(i)?.map_or(SqlValue::Null, SqlValue::Bool)
-    })
-}
-
-fn sql_rows(rows: &[postgres::Row]) -> Result<Vec<SqlRow>, StoreError> {
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let mut cells = Vec::with_capacity(row.len());
-        for (i, col) in row.columns().iter().enumerate() {
-            let v = cell(row, i, col.type_()).map_err(|e| StoreError(format!("column {}: {e}", col.name())))?;
-            cells.push((col.name().to_owned(), v));
-        }
-        out.push(cells);
-    }
-    Ok(out)
 }
 
 /// The one PostgreSQL statement of a request.

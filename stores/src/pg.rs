@@ -178,8 +178,9 @@ pub fn query(client: &mut postgres::Client, stmt: &Statement) -> Result<Vec<SqlR
     sql_rows(&rows)
 }
 
-/// Driver rows as [`SqlRow`]s.
-fn sql_rows(rows: &[postgres::Row]) -> Result<Vec<SqlRow>, StoreError> {
+/// Driver rows as [`SqlRow`]s (columns must be text, integers or booleans), for code that
+/// runs rendered statements through its own `postgres::Client` calls.
+pub fn sql_rows(rows: &[postgres::Row]) -> Result<Vec<SqlRow>, StoreError> {
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let mut cells = Vec::with_capacity(row.len());
