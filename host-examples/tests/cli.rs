@@ -6,6 +6,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
+mod common;
+
+use common::SAFETY_COUNTS;
 use serde_json::Value;
 
 fn bin() -> Command {
@@ -168,16 +171,6 @@ fn simulate_json(extra: &[&str]) -> (Option<i32>, Value) {
     (out.status.code(), serde_json::from_str(&stdout).unwrap())
 }
 
-const SAFETY: [&str; 7] = [
-    "exclusion_violations",
-    "duplicate_effects",
-    "stale_commits",
-    "unfinished_runs",
-    "missing_effects",
-    "zombie_writes",
-    "receipt_mismatches",
-];
-
 #[test]
 fn simulate_is_safe_across_seeds_and_crash_rates() {
     let mut crashes_at_high_rate = 0;
@@ -186,7 +179,7 @@ fn simulate_is_safe_across_seeds_and_crash_rates() {
         for rate in ["0", "0.1", "0.5"] {
             let (code, r) = simulate_json(&["--seed", seed, "--crash-rate", rate, "--runs", "12", "--effects", "3"]);
             assert_eq!(code, Some(0), "seed {seed} rate {rate}: {r}");
-            for k in SAFETY {
+            for k in SAFETY_COUNTS {
                 assert_eq!(r[k], 0, "{k} for seed {seed} rate {rate}: {r}");
             }
             assert_eq!(r["safe"], true);

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 mod common;
 
-use common::{cmd, fails, hf, json_lines, now_ms, ok, run_row, sqlite_store, temp_dir, text, uuid};
+use common::{SAFETY_COUNTS, cmd, fails, hf, json_lines, now_ms, ok, run_row, sqlite_store, temp_dir, text, uuid};
 use heart_fleet_core::{InstanceRow, InstanceStatus, RunStatus, Timestamp};
 use serde_json::Value;
 
@@ -155,15 +155,7 @@ fn operator_actions(dir: &Path, url: &str) {
 fn check_safe_report(out: &Output) -> Value {
     let stdout = ok(out);
     let r: Value = serde_json::from_str(&stdout).unwrap();
-    for k in [
-        "exclusion_violations",
-        "duplicate_effects",
-        "stale_commits",
-        "unfinished_runs",
-        "missing_effects",
-        "zombie_writes",
-        "receipt_mismatches",
-    ] {
+    for k in SAFETY_COUNTS {
         assert_eq!(r[k], 0, "{k}: {r:#}");
     }
     assert_eq!(r["safe"], true, "{r:#}");

@@ -9,6 +9,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use heart_fleet_core::{RunRow, RunStatus, Timestamp};
 use serde_json::Value;
 
+/// The safety counts of a simulation report; each must be 0.
+pub const SAFETY_COUNTS: [&str; 7] = [
+    "exclusion_violations",
+    "duplicate_effects",
+    "stale_commits",
+    "unfinished_runs",
+    "missing_effects",
+    "zombie_writes",
+    "receipt_mismatches",
+];
+
 static N: AtomicUsize = AtomicUsize::new(0);
 
 /// A fresh directory for one test (the binary runs there, so the embedded default stays in it).
