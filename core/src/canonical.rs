@@ -275,30 +275,18 @@ const fn splat(b: u8) -> u64 {
 
 /// Index of the first byte at or after `from` that `JSON.stringify` escapes, if any.
 ///
-/// Scans eight bytes at a time: for a little-endian word `w`, `(w - 0x01…) & !w & 0x80…` flags
-/// zero bytes (exactly for the lowest flagged byte), and the same with `0x20…` flags bytes
-/// below 0x20; `"` and `\` are found as zero bytes of `w ^ splat(c)`.
+/// Scans eight bytes at a time with per-lane flags that are exact for **every** byte of the
+/// word, not only the lowest: each lane's arithmetic is done on its low seven bits, where
+/// adding at most 0x7f cannot carry into the next lane, so no lane's flag depends on its
+/// neighbour. That matters for the tail, which re-reads bytes before `from`; those may be
+/// escapable (the escape just written), and the classic borrow-based zero-byte trick would let
+/// them flag the byte after them.
 #[inline]
 fn find_escape(bytes: &[u8], from: usize) -> Option<usize> {
-    const LOW: u64 = splat(0x01);
-    const HIGH: u64 = splat(0x80);
-    #[inline(always)]
-    fn flags(chunk: &[u8]) -> u64 {
-        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
-            return 0;
-        };
-        let w = u64::from_le_bytes(word);
-        let quote = w ^ splat(b'"');
-        let backslash = w ^ splat(b'\\');
-        ((w.wrapping_sub(splat(0x20)) & !w)
-            | (quote.wrapping_sub(LOW) & !quote)
-            | (backslash.wrapping_sub(LOW) & !backslash))
-            & HIGH
-    }
     let len = bytes.len();
     let mut i = from;
     while let Some(chunk) = bytes.get(i..i + 8) {
-        let found = flags(chunk);
+        let found = escape_flags(chunk);
         if found != 0 {
             return Some(i + (found.trailing_zeros() / 8) as usize);
         }
@@ -308,11 +296,12 @@ fn find_escape(bytes: &[u8], from: usize) -> Option<usize> {
         return None;
     }
     if len >= 8 {
-        // Re-read the last 8 bytes and ignore the `skip` already-checked low bytes. They hold no
-        // escapable byte, so no borrow can reach the flags of the new bytes.
+        // Re-read the last 8 bytes and mask off the `skip` low lanes that lie before `i`: they
+        // were either checked already or precede `from`. The flags are exact per lane, so
+        // those lanes cannot influence the others.
         let start = len - 8;
         let skip = i - start;
-        let found = flags(bytes.get(start..).unwrap_or_default()) & (u64::MAX << (8 * skip));
+        let found = escape_flags(bytes.get(start..).unwrap_or_default()) & (u64::MAX << (8 * skip));
         return (found != 0).then(|| start + (found.trailing_zeros() / 8) as usize);
     }
     while let Some(&b) = bytes.get(i) {
@@ -322,6 +311,27 @@ fn find_escape(bytes: &[u8], from: usize) -> Option<usize> {
         i += 1;
     }
     None
+}
+
+/// High bit of each lane of `chunk` (8 bytes, little-endian) set iff that byte is a C0 control,
+/// `"` or `\`; every lane is exact. Any other length gives 0.
+#[inline(always)]
+fn escape_flags(chunk: &[u8]) -> u64 {
+    const LOW7: u64 = splat(0x7f);
+    const HIGH: u64 = splat(0x80);
+    /// Lanes of `x` that are zero: `(x & 0x7f) + 0x7f` sets the high bit iff the low seven bits
+    /// are not all zero, and `| x` adds lanes whose own high bit is set.
+    #[inline(always)]
+    fn zero_lanes(x: u64) -> u64 {
+        !(((x & LOW7) + LOW7) | x) & HIGH
+    }
+    let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+        return 0;
+    };
+    let w = u64::from_le_bytes(word);
+    // `(b & 0x7f) + 0x60` reaches 0x80 iff `b & 0x7f >= 0x20`; `| w` excludes bytes >= 0x80.
+    let control = !(((w & LOW7) + splat(0x60)) | w) & HIGH;
+    control | zero_lanes(w ^ splat(b'"')) | zero_lanes(w ^ splat(b'\\'))
 }
 
 /// Writes the escaped body of `s` (no surrounding quotes).
@@ -1397,6 +1407,82 @@ mod tests {
         assert_eq!(find_escape(bytes, 3), Some(3));
         assert_eq!(find_escape(bytes, 4), Some(4));
         assert_eq!(find_escape(bytes, 5), Some(11));
+    }
+
+    #[test]
+    fn escape_flags_are_exact_in_every_lane() {
+        // Every pair of byte values in every pair of neighbouring lanes: a lane's flag must not
+        // depend on its neighbours (the defect was a borrow from an escapable low lane).
+        for lane in 0..7 {
+            for x in 0..=255u8 {
+                for y in 0..=255u8 {
+                    let mut word = [b'a'; 8];
+                    word[lane] = x;
+                    word[lane + 1] = y;
+                    let flags = escape_flags(&word);
+                    for (k, &b) in word.iter().enumerate() {
+                        let flagged = flags & (0x80 << (8 * k)) != 0;
+                        assert_eq!(flagged, NEEDS_ESCAPE[usize::from(b)], "{word:?} lane {k}");
+                    }
+                    assert_eq!(flags & !splat(0x80), 0, "{word:?}: only high bits");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn find_escape_with_escapes_before_from() {
+        // Two escapable bytes, the scan starting anywhere, including just after the first one:
+        // the position an escape writer resumes from.
+        let specials = [b'\n', b'"', b'\\', 0x00, 0x1f, 0x20, b'#', 0xff];
+        for len in 0..=24 {
+            for a in 0..len {
+                for b in a..len {
+                    for &sa in &specials {
+                        for &sb in &specials {
+                            let mut bytes = vec![b'a'; len];
+                            bytes[a] = sa;
+                            bytes[b] = sb;
+                            for from in 0..=len {
+                                let naive = (from..len).find(|&i| NEEDS_ESCAPE[usize::from(bytes[i])]);
+                                assert_eq!(find_escape(&bytes, from), naive, "{bytes:?} from {from}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn escape_then_printable_at_every_offset() {
+        // The reported case and its family: an escape followed by any printable ASCII byte, the
+        // pair at offsets 0..=16 with tails of 0..=9 bytes.
+        assert_eq!(
+            canonicalize_json(r#"{"chatId":1,"text":"hi\n there"}"#).unwrap(),
+            r#"{"chatId":1,"text":"hi\n there"}"#
+        );
+        let escapes: Vec<char> = (0u8..0x20).chain([b'"', b'\\']).map(char::from).collect();
+        for &e in &escapes {
+            for follower in (0x20u8..0x7f).map(char::from) {
+                for offset in 0..=16 {
+                    for tail in 0..=9 {
+                        let s = format!("{}{e}{follower}{}", "x".repeat(offset), "y".repeat(tail));
+                        let mut expected = String::from("\"");
+                        for c in s.chars() {
+                            match c {
+                                '"' => expected.push_str("\\\""),
+                                '\\' => expected.push_str("\\\\"),
+                                c if u32::from(c) < 0x20 => expected.push_str(CONTROL_ESCAPES[c as usize]),
+                                c => expected.push(c),
+                            }
+                        }
+                        expected.push('"');
+                        assert_eq!(canonicalize(&Value::String(s.clone())), expected, "{s:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
