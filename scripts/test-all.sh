@@ -26,6 +26,17 @@ source scripts/postgres.sh
 ensure_postgres
 echo "DATABASE_URL=$DATABASE_URL"
 
+# Before `cargo test`: the canonical-JSON oracle test (host-examples/tests/canonical_oracle.rs)
+# runs the reference algorithm in Node.
+step "node and npm"
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || {
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+}
+node --version
+
+step "the escape-follower vectors are what the JavaScript oracle produces"
+node tests/canonical-oracle/escape-vectors.mjs --check
+
 # Before `cargo test`: the wasmtime host's tests, the CLI's `--engine component` tests and the
 # component-vs-native benchmark (run once by --all-targets) load it, and fail without it.
 step "the heart:fleet component: build, wrap, validate, import gate"
@@ -72,9 +83,6 @@ root=$PWD
 rm -rf "$canary_dir"
 
 step "Node: the napi-rs binding (npm package heart-fleet) and the bot example"
-command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || {
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
-}
 node --version
 (cd bindings-node && npm ci --no-audit --no-fund && npm test)
 (cd host-examples/node && npm ci --no-audit --no-fund && npm test)
