@@ -3,7 +3,7 @@
 
 const native = require('./native.cjs');
 const { HeartFleet, drive, driveStep } = require('./fleet.cjs');
-const { codedError, typeError, str, fence: fenceOf, opts: optsOf, describe, isThenable, messageOf } = require('./util.cjs');
+const { codedError, typeError, str, fence: fenceOf, opts: optsOf, describe, isThenable, messageOf, withExtras } = require('./util.cjs');
 
 /** The reference's in-process ledger: a set of (runId, effectKey). Lost on restart. */
 class MemoryEffectLedger {
@@ -29,8 +29,9 @@ function checkLedger(ledger) {
 /**
  * `guardIrreversible(heart, fence, ledger, effectKey, effect)`: verify the fence, record the
  * key once in the ledger, then run `effect({epoch, effectKey})` once. Returns
- * `{committed:true, result}`, `{committed:false, reason:"fence-rejected", code}` or
- * `{committed:false, reason:"already-committed", code:"deduped"}`. An effect that throws
+ * `{committed:true, result}`, `{committed:false, reason:"fence-rejected"}` or
+ * `{committed:false, reason:"already-committed"}`, with a non-enumerable `code`
+ * (`fence-rejected`, `deduped`) on a refusal. An effect that throws
  * propagates its exception; the key stays recorded (at most once).
  */
 async function guardIrreversible(heart, fence, ledger, effectKey, effect) {
@@ -47,8 +48,9 @@ async function guardIrreversible(heart, fence, ledger, effectKey, effect) {
       return 'null';
     },
   });
-  if (r.committed) r.result = result;
-  return r;
+  // The reference's fields; the code is ours (non-enumerable).
+  if (r.committed) return { committed: true, result };
+  return withExtras({ committed: false, reason: r.reason }, { code: r.code });
 }
 
 /** Why the lease was lost, as the lease-lost signal's `reason`. */
@@ -77,7 +79,9 @@ const now = () => performance.now();
  * without a successful renew); its `reason` is a `LeaseLostError` naming the cause. The
  * work is not stopped; the result reports `lost`.
  *
- * Returns `{ran:true, result, released, lost?}`, or `{ran:false, reason:"lease-held"|"lease-error", code}`.
+ * Returns `{ran:true, result}` or `{ran:false, reason:"lease-held"|"lease-error"}`, the
+ * reference's fields; ours are non-enumerable: `released`, `lost` (when the lease was lost)
+ * and, when not run, `code`.
  *
  * Advanced options: `clock()` (monotonic milliseconds, default `performance.now`) and
  * `autoHeartbeat: false` (no timer; the work calls `lease.heartbeat()` itself).
@@ -90,7 +94,7 @@ async function executeWithLease(heart, options, work) {
   const { runId, owner, ttlSeconds, renewEveryMs, releaseToReady = false, autoHeartbeat = true } = o;
   const clock = o.clock === undefined ? now : o.clock;
   if (typeof clock !== 'function') throw typeError('executeWithLease: clock must be a function');
-  const notRun = (reason, code) => ({ ran: false, reason, code, released: false });
+  const notRun = (reason, code) => withExtras({ ran: false, reason }, { code, released: false });
   const validInt = (v) => typeof v === 'number' && Number.isSafeInteger(v);
   if (!validInt(ttlSeconds) || (renewEveryMs !== undefined && renewEveryMs !== null && !validInt(renewEveryMs))) {
     return notRun('lease-error', 'invalid-input');
@@ -218,10 +222,7 @@ async function executeWithLease(heart, options, work) {
     }
   });
   if (!ok) throw failure;
-  const out = { ran: true, result, released };
-  const lost = session.lost();
-  if (lost) out.lost = lost;
-  return out;
+  return withExtras({ ran: true, result }, { released, lost: session.lost() || undefined });
 }
 
 module.exports = { MemoryEffectLedger, guardIrreversible, executeWithLease, LeaseLostError, checkLedger, codedError, isThenable };

@@ -22,6 +22,8 @@ const {
   messageOf,
   isThenable,
   describe,
+  referenceShape,
+  withExtras,
 } = require('./util.cjs');
 
 const MAX_TTL_SECONDS = 31_536_000;
@@ -42,7 +44,11 @@ const RUN_STATUSES = Object.freeze([
 ]);
 const NEXT_STATUSES = Object.freeze(['completed', 'failed', 'cancelled', 'ready']);
 
-const INVALID_ACQUIRE = () => ({ acquired: false, run: null, reason: 'Invalid input', code: 'invalid-input' });
+const INVALID_ACQUIRE = () => withExtras({ acquired: false, run: null, reason: 'Invalid input' }, { code: 'invalid-input' });
+/** The reference's AcquireResult fields; `code` is ours (non-enumerable). */
+const ACQUIRE_FIELDS = ['acquired', 'run', 'fence', 'reason'];
+/** The reference's liveness summary fields; `quarantinedIds` is ours (non-enumerable). */
+const LIVENESS_FIELDS = ['deadInstanceIds', 'reclaimedCount', 'reclaimedIds', 'errors'];
 
 function freezeReceipt(r) {
   return Object.freeze(r);
@@ -226,8 +232,9 @@ class HeartFleet {
   }
 
   /**
-   * `acquire(runId, owner, ttlSeconds)` → `{acquired, run, fence?, reason?, code?}`.
-   * Bad input gives `{acquired:false, run:null, reason:"Invalid input", code:"invalid-input"}`.
+   * `acquire(runId, owner, ttlSeconds)` → `{acquired, run, fence?, reason?}`, and on a
+   * failure a non-enumerable `code`. Bad input gives `{acquired:false, run:null,
+   * reason:"Invalid input"}` (code `invalid-input`).
    * A store failure throws (`store-unavailable`).
    */
   async acquire(runId, owner, ttlSeconds) {
@@ -245,7 +252,7 @@ class HeartFleet {
     }
     const r = await drive(this, 'acquire', { runId, owner, ttlSeconds });
     if (r.fence) Object.freeze(r.fence);
-    return r;
+    return referenceShape(r, ACQUIRE_FIELDS);
   }
 
   /**
@@ -309,10 +316,11 @@ class HeartFleet {
    */
   async reclaimDeadInstanceRuns(options) {
     const o = optsOf('reclaimDeadInstanceRuns options', options);
-    return drive(this, 'liveness', {
+    const summary = await drive(this, 'liveness', {
       ttlMs: optInt('ttlMs', o.ttlMs, 0, Number.MAX_SAFE_INTEGER, 90_000),
       limit: optInt('maxReclaimsPerCycle', o.maxReclaimsPerCycle ?? o.limit, 0, U32, 200),
     });
+    return referenceShape(summary, LIVENESS_FIELDS);
   }
 
   /** Registers (or re-registers) an instance as `alive`; returns its row. */

@@ -5,7 +5,7 @@
 const native = require('./native.cjs');
 const { HeartFleet, drive, driveStep, runRequest, checkStore } = require('./fleet.cjs');
 const { MemoryLeaseStore } = require('./memory-store.cjs');
-const { typeError, codedError, str, optInt, opts: optsOf, fence: fenceOf, describe, rethrowNative } = require('./util.cjs');
+const { typeError, codedError, str, optInt, opts: optsOf, fence: fenceOf, describe, rethrowNative, withExtras } = require('./util.cjs');
 const { toCoreJson } = require('./canonical.cjs');
 
 const CHANNELS = Object.freeze(['telegram', 'farcaster', 'mail', 'onchain', 'internal']);
@@ -88,8 +88,9 @@ function checkDurable(heart, ledger) {
  * the documented order: verify the fence, claim the intent, mark it dispatched (conditioned
  * on the run still holding the live token), `send({epoch, effectKey})`, then commit the
  * evidence `toExternalRef(result)` (default: the result) in the same write as the state
- * change. Returns `{sent:true, result, externalRef, committed}` or
- * `{sent:false, reason:"fence-rejected"|"deduped"|"lost-dispatch-race", code}`. A send
+ * change. Returns `{sent:true, result}` (non-enumerable: `externalRef`, `committed`) or
+ * `{sent:false, reason:"fence-rejected"|"deduped"|"lost-dispatch-race"}` (non-enumerable
+ * `code`). A send
  * that throws propagates its exception; the intent stays dispatched for the reconciler.
  */
 async function sendOnce(heart, ledger, options) {
@@ -119,8 +120,9 @@ async function sendOnce(heart, ledger, options) {
   });
   if (step.error) throw codedError(step.error.code, step.error.message);
   const r = step.ok;
-  if (r.sent) return { sent: true, result, externalRef: r.externalRef, committed: r.committed };
-  return r;
+  // The reference's fields; ours are non-enumerable.
+  if (r.sent) return withExtras({ sent: true, result }, { externalRef: r.externalRef, committed: r.committed });
+  return withExtras({ sent: false, reason: r.reason }, { code: r.code });
 }
 
 function probeOf(probes, channel) {

@@ -152,7 +152,30 @@ function isThenable(v) {
   return v !== null && (typeof v === 'object' || typeof v === 'function') && typeof v.then === 'function';
 }
 
+/**
+ * The result-shape rule: a result keeps exactly the reference's enumerable fields, so deep
+ * equality with the reference's result holds; every other own property (what we add:
+ * `code`, `released`, `lost`, `committed`, `externalRef`, …) stays readable but becomes
+ * non-enumerable, absent from `JSON.stringify`, `Object.keys` and deep equality.
+ */
+function referenceShape(result, visible) {
+  for (const k of Object.keys(result)) {
+    if (!visible.includes(k)) Object.defineProperty(result, k, { value: result[k], enumerable: false, writable: true, configurable: true });
+  }
+  return result;
+}
+
+/** `fields` (the reference's) plus `extras` as non-enumerable properties (skipping undefined ones). */
+function withExtras(fields, extras) {
+  for (const [k, v] of Object.entries(extras)) {
+    if (v !== undefined) Object.defineProperty(fields, k, { value: v, enumerable: false, writable: true, configurable: true });
+  }
+  return fields;
+}
+
 module.exports = {
+  referenceShape,
+  withExtras,
   ERROR_CODES,
   HeartFleetError,
   codedError,

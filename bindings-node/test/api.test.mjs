@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import * as esm from '../index.mjs';
+import { assertShape } from './helpers/shape.mjs';
 import {
   HeartFleet,
   MemoryLeaseStore,
@@ -153,10 +154,10 @@ test('acquire: the reference result shapes, tokens frozen, invalid input as a re
   assert.equal(b.acquired, false);
   assert.equal(b.fence, undefined);
   assert.equal(b.reason, "Cannot acquire: status 'leased', lease not expired");
-  assert.equal(b.code, 'lease-held');
-  assert.deepEqual(await heart.acquire('missing', 'w', 60), { acquired: false, run: null, reason: 'Run not found', code: 'run-not-found' });
+  assertShape(b, { acquired: false, run: b.run, reason: "Cannot acquire: status 'leased', lease not expired" }, { code: 'lease-held' });
+  assertShape(await heart.acquire('missing', 'w', 60), { acquired: false, run: null, reason: 'Run not found' }, { code: 'run-not-found' });
   for (const bad of [[R, 'w', 1.5], [R, 'w', 0], ['', 'w', 60], [R, '', 60], [R, 'w', 31_536_001], [R, 'w', '60']]) {
-    assert.deepEqual(await heart.acquire(...bad), { acquired: false, run: null, reason: 'Invalid input', code: 'invalid-input' });
+    assertShape(await heart.acquire(...bad), { acquired: false, run: null, reason: 'Invalid input' }, { code: 'invalid-input' });
   }
   assert.equal(heart.metrics.acquireAttempts, 3);
   assert.deepEqual(Object.keys(heart.metrics), [
@@ -359,7 +360,7 @@ test('executeWithLease: the lease-lost signal says why, the work goes on, no doo
   assert.ok(reason instanceof LeaseLostError);
   assert.equal(reason.lost, 'superseded');
   assert.equal(reason.code, 'fence-rejected');
-  assert.deepEqual(out, { ran: true, result: 'finished anyway', released: false, lost: 'superseded' });
+  assertShape(out, { ran: true, result: 'finished anyway' }, { released: false, lost: 'superseded' });
   assert.equal(mem.getRun(R).lease_owner, 'B');
   assert.equal(heart.metrics.releaseFailures, 0);
 });
@@ -392,9 +393,20 @@ test('executeWithLease: failing beats lose the lease once the held expiry passes
 test('executeWithLease: reference reasons, work errors re-thrown and released as failed', async () => {
   const mem = memory();
   const heart = new HeartFleet({ store: mem });
-  assert.deepEqual(await executeWithLease(heart, { runId: 'missing', owner: 'w', ttlSeconds: 60 }, async () => 1), {
-    ran: false, reason: 'lease-error', code: 'run-not-found', released: false,
-  });
+  assertShape(
+    await executeWithLease(heart, { runId: 'missing', owner: 'w', ttlSeconds: 60 }, async () => 1),
+    { ran: false, reason: 'lease-error' },
+    { code: 'run-not-found', released: false },
+  );
+  mem.insert({ id: 'held' });
+  await heart.acquire('held', 'other', 60);
+  assertShape(
+    await executeWithLease(heart, { runId: 'held', owner: 'w', ttlSeconds: 60 }, async () => 1),
+    { ran: false, reason: 'lease-held' },
+    { code: 'lease-held', released: false },
+  );
+  mem.insert({ id: 'ok-run' });
+  assertShape(await executeWithLease(heart, { runId: 'ok-run', owner: 'w', ttlSeconds: 60 }, async () => 7), { ran: true, result: 7 }, { released: true });
   assert.equal((await executeWithLease(heart, { runId: R, owner: 'w', ttlSeconds: 60, renewEveryMs: 0 }, async () => 1)).reason, 'lease-error');
   const boom = new Error('boom');
   await assert.rejects(executeWithLease(heart, { runId: R, owner: 'w', ttlSeconds: 60 }, async () => { throw boom; }), (e) => e === boom);
@@ -432,14 +444,14 @@ test('guardIrreversible: the effect\'s own error propagates and the key stays re
   const boom = new Error('card declined');
   await assert.rejects(guardIrreversible(heart, fence, ledger, 'spend:1', async () => { throw boom; }), (e) => e === boom);
   const again = await guardIrreversible(heart, fence, ledger, 'spend:1', async () => 'x');
-  assert.deepEqual(again, { committed: false, reason: 'already-committed', code: 'deduped' });
+  assertShape(again, { committed: false, reason: 'already-committed' }, { code: 'deduped' });
   const durable = new DurableEffectLedger({ heart });
   let epochSeen;
   const r = await guardIrreversible(heart, fence, durable, 'spend:2', async ({ epoch }) => {
     epochSeen = epoch;
     return { id: 7 };
   });
-  assert.deepEqual(r, { committed: true, result: { id: 7 } });
+  assertShape(r, { committed: true, result: { id: 7 } });
   assert.equal(epochSeen, 1);
   assert.equal(await durable.recordOnce(R, 'spend:2'), false);
   assert.equal(mem.intents()[0].state, 'intent');
@@ -460,9 +472,9 @@ test('sendOnce and reconcileOutbox over a JS store: send once, dedupe, reconcile
     return { message_id: 42 };
   };
   const r = await sendOnce(heart, ledger, { fence, channel: 'telegram', effectKey: key, payload: { chatId: 1, text: 'hi' }, send, toExternalRef: (m) => ({ message_id: m.message_id }) });
-  assert.deepEqual(r, { sent: true, result: { message_id: 42 }, externalRef: { message_id: 42 }, committed: true });
+  assertShape(r, { sent: true, result: { message_id: 42 } }, { externalRef: { message_id: 42 }, committed: true });
   const dup = await sendOnce(heart, ledger, { fence, channel: 'telegram', effectKey: key, payload: { chatId: 1, text: 'hi' }, send });
-  assert.deepEqual(dup, { sent: false, reason: 'deduped', code: 'deduped' });
+  assertShape(dup, { sent: false, reason: 'deduped' }, { code: 'deduped' });
   assert.equal(sends, 1);
   assert.equal(mem.intents()[0].state, 'committed');
   assert.deepEqual(mem.intents()[0].external_ref, { message_id: 42 });
@@ -495,7 +507,7 @@ test('liveness: LivenessReclaimer and the pure helpers', async () => {
   mem.advance(200_000);
   assert.equal(await reclaimer.heartbeat('live-1'), true);
   const s = await reclaimer.reclaimDeadInstanceRuns();
-  assert.deepEqual(s, { deadInstanceIds: ['dead-1'], reclaimedCount: 1, reclaimedIds: [R], quarantinedIds: [], errors: [] });
+  assertShape(s, { deadInstanceIds: ['dead-1'], reclaimedCount: 1, reclaimedIds: [R], errors: [] }, { quarantinedIds: [] });
   assert.equal(mem.getRun(R).retries, 1);
   assert.equal(mem.getRun(R2).lease_owner, 'live-1');
   assert.equal(await reclaimer.heartbeat('dead-1'), false);

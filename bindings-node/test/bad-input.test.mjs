@@ -241,7 +241,7 @@ for (const [name, call, accepted] of MATRIX) {
       if (accepted === 'acquire') {
         const r = outcome.value;
         if (!r.acquired) {
-          assert.deepEqual(r, { acquired: false, run: null, reason: 'Invalid input', code: 'invalid-input' }, where);
+          assertShape(r, { acquired: false, run: null, reason: 'Invalid input' }, { code: 'invalid-input' }, where);
           assert.equal(snapshot(w), before, `${where}: invalid input changed something`);
         } else {
           assert.ok(typeof v === 'number' && Number.isInteger(v), `${where}: acquired with a bad value`);
@@ -288,6 +288,7 @@ test('the process survives garbage sent straight to the native module', () => {
 });
 
 import { createRequire } from 'node:module';
+import { assertShape } from './helpers/shape.mjs';
 function require_native() {
   return createRequire(import.meta.url)('../lib/native.cjs');
 }

@@ -363,6 +363,7 @@ export async function replay(text, mode, external = null) {
     let saveable;
     try {
       [result, saveable] = await run(op, resolve(step.args ?? null));
+      result = withOurFields(result);
     } catch (e) {
       failure = `step ${n} (${op}): ${e.message}`;
       break;
@@ -403,6 +404,18 @@ export async function replay(text, mode, external = null) {
       out.failure = e.message;
     }
   }
+  return out;
+}
+
+/**
+ * A result with its non-enumerable fields made plain (`code`, `released`, `lost`, …: the
+ * package hides what the reference's results lack), so the scenario's expectations and the
+ * native replay see every field.
+ */
+function withOurFields(result) {
+  if (result === null || typeof result !== 'object' || Array.isArray(result)) return result;
+  const out = { ...result };
+  for (const k of Object.getOwnPropertyNames(result)) if (!(k in out)) out[k] = result[k];
   return out;
 }
 
