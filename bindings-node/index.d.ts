@@ -391,7 +391,8 @@ export declare class PgLeaseStore implements LeaseStore {
   );
   execute(request: StoreRequest | string): Promise<string>;
   /** Runs the core's migrations (idempotent). */
-  migrate(): Promise<void>;
+  /** The core's migration protocol; resolves to each migration and whether this call applied it. */
+  migrate(): Promise<{ name: string; applied: boolean }[]>;
   /** An `onReceipt` sink appending to `heart_receipts` in the background; `flush()` waits for it. */
   receiptSink(options?: { onError?: (error: unknown, receipt: HeartReceipt) => void }): ((receipt: HeartReceipt) => void) & {
     flush(): Promise<void>;

@@ -84,6 +84,8 @@ rm -rf "$canary_dir"
 
 step "Node: the napi-rs binding (npm package heart-fleet) and the bot example"
 node --version
+# The PostgreSQL tests migrate with Node and with this CLI at once (built by the step above).
+export HEART_FLEET_CLI="${CARGO_TARGET_DIR:-$PWD/target}/release/heart-fleet"
 (cd bindings-node && npm ci --no-audit --no-fund && npm test)
 (cd host-examples/node && npm ci --no-audit --no-fund && npm test)
 

@@ -98,28 +98,41 @@ class PgLeaseStore {
   }
 
   /**
-   * Runs the core's migrations (idempotent), each as one batch, under a session advisory
-   * lock so that workers starting together do not race each other's DDL.
+   * Applies every migration that `heart_fleet_migrations` does not record yet, each in one
+   * transaction with its record, under a transaction-scoped advisory lock: the core's
+   * migration protocol (`sqlMigrationPlan`), the one the Rust and Python stores run too, so
+   * concurrent migrates from any of them apply each migration once. Idempotent. Resolves to
+   * `[{name, applied}]` (applied now or earlier).
    */
   async migrate() {
+    const plan = JSON.parse(native.sqlMigrationPlan('postgres'));
     const pooled = typeof this.db.connect === 'function' && typeof this.db.totalCount === 'number';
     const conn = pooled ? await this.db.connect() : this.db;
+    const out = [];
     try {
-      await conn.query("SELECT pg_advisory_lock(hashtext('heart_fleet_migrate'))");
-      try {
-        for (const [name, sql] of JSON.parse(native.sqlMigrations('postgres'))) {
-          try {
-            await conn.query(sql);
-          } catch (e) {
-            throw codedError('store-unavailable', `migration ${name} failed: ${messageOf(e)}`);
+      for (const [name, script] of plan.migrations) {
+        let applied = false;
+        try {
+          await conn.query(plan.begin);
+          if (plan.lock) await conn.query(plan.lock);
+          await conn.query(plan.createRecordTable);
+          const seen = await conn.query(plan.isApplied, [name]);
+          if (seen.rows[0].n === 0) {
+            await conn.query(script);
+            await conn.query(plan.record, [name]);
+            applied = true;
           }
+          await conn.query(plan.commit);
+        } catch (e) {
+          await conn.query(plan.rollback).catch(() => {});
+          throw codedError('store-unavailable', `migration ${name} failed: ${messageOf(e)}`);
         }
-      } finally {
-        await conn.query("SELECT pg_advisory_unlock(hashtext('heart_fleet_migrate'))").catch(() => {});
+        out.push({ name, applied });
       }
     } finally {
       if (pooled) conn.release();
     }
+    return out;
   }
 
   /**

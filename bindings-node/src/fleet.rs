@@ -99,6 +99,16 @@ impl NativeFleet {
         }
     }
 
+    /// `begin`, but every store request comes back to JavaScript even with a memory store
+    /// attached (for a host that routes an operation's requests to several stores).
+    #[napi]
+    pub fn begin_on_host(&self, kind: String, args: String) -> Either<String, NativeOp> {
+        match self.inner.begin_on_host(&kind, &args) {
+            Begun::Done(text) => Either::A(text),
+            Begun::Pending(op) => Either::B(NativeOp { inner: op }),
+        }
+    }
+
     /// The 13 counters.
     #[napi]
     pub fn metrics(&self) -> Metrics {

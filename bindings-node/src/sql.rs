@@ -26,8 +26,8 @@ pub fn sql_decode(request_json: String, dialect_name: String, results_json: Stri
 /// The schema migrations of a dialect, in order (JSON array of `[name, sql]`). Each is
 /// idempotent; run each as one batch.
 #[napi]
-pub fn sql_migrations(dialect_name: String) -> napi::Result<String, Code> {
-    bridge::sql_migrations(&dialect_name).map_err(from_heart)
+pub fn sql_migration_plan(dialect_name: String) -> napi::Result<String, Code> {
+    bridge::sql_migration_plan(&dialect_name).map_err(from_heart)
 }
 
 /// The insert of one receipt (JSON) into `heart_receipts`, as `{sql, params}` JSON.

@@ -19,6 +19,7 @@ import {
   verifyReceipt,
   HeartFleetError,
 } from '../index.mjs';
+import { assertShape } from './helpers/shape.mjs';
 
 const url = process.env.DATABASE_URL;
 const skip = url ? false : 'SKIPPED: DATABASE_URL is not set';
@@ -78,6 +79,57 @@ test('migrations are idempotent', { skip }, async () => {
   await store.migrate();
 });
 
+// The CLI for the mixed-runtime migrate test: $HEART_FLEET_CLI (the README's test command
+// builds it first), else the workspace's release build.
+const cliPath = process.env.HEART_FLEET_CLI || new URL('../../target/release/heart-fleet', import.meta.url).pathname;
+
+test('a Node migrate and Rust migrates at once on a fresh database apply each migration once', { skip }, async () => {
+  const { existsSync } = await import('node:fs');
+  const { execFile } = await import('node:child_process');
+  if (!existsSync(cliPath)) {
+    if (process.env.CI) assert.fail(`the heart-fleet CLI is not at ${cliPath} (set HEART_FLEET_CLI)`);
+    console.log(`SKIPPED: no heart-fleet CLI at ${cliPath}`);
+    return;
+  }
+  const db = `heart_node_migrate_${process.pid}_${Date.now()}`;
+  await admin.query(`CREATE DATABASE ${db}`);
+  const dbUrl = new URL(url);
+  dbUrl.pathname = `/${db}`;
+  const pools = [1, 2, 3].map(() => new pg.Pool({ connectionString: dbUrl.href, max: 1 }));
+  try {
+    const rust = () =>
+      new Promise((resolve, reject) =>
+        execFile(cliPath, ['--store', dbUrl.href, 'migrate'], { timeout: 120_000 }, (err, stdout, stderr) =>
+          err ? reject(new Error(`heart-fleet migrate: ${stderr || err.message}`)) : resolve(stdout),
+        ),
+      );
+    const [node1, node2, node3, ...cli] = await Promise.all([
+      ...pools.map((p) => new PgLeaseStore({ pool: p }).migrate()),
+      rust(),
+      rust(),
+    ]);
+    const names = node1.map((m) => m.name);
+    assert.ok(names.length >= 2, 'the PostgreSQL plan has migrations');
+    // Every migration recorded once, and applied by exactly one of the five migrates.
+    const check = new pg.Client({ connectionString: dbUrl.href });
+    await check.connect();
+    const recorded = await check.query('SELECT name, count(*)::int AS n FROM heart_fleet_migrations GROUP BY name ORDER BY name');
+    await check.end();
+    assert.deepEqual(recorded.rows, [...names].sort().map((name) => ({ name, n: 1 })));
+    for (const name of names) {
+      const byNode = [node1, node2, node3].filter((r) => r.find((m) => m.name === name).applied).length;
+      const byRust = cli.filter((out) => out.split('\n').includes(`${name}: applied`)).length;
+      assert.equal(byNode + byRust, 1, `${name} applied by ${byNode} Node and ${byRust} Rust migrates`);
+    }
+    // The schema works for a fleet afterwards.
+    const fleet = new HeartFleet({ store: new PgLeaseStore({ pool: pools[0] }) });
+    assert.deepEqual((await fleet.listRuns()).length, 0);
+  } finally {
+    await Promise.all(pools.map((p) => p.end().catch(() => {})));
+    await admin.query(`DROP DATABASE IF EXISTS ${db}`);
+  }
+});
+
 test('a lease cycle through PostgreSQL: acquire, verify, renew, release, receipts', { skip }, async () => {
   const id = await seedRun();
   const a = await heart.acquire(id, 'worker-A', 60);
@@ -98,7 +150,7 @@ test('a lease cycle through PostgreSQL: acquire, verify, renew, release, receipt
   const mine = heart.receipts().filter((r) => r.runId === id);
   assert.deepEqual(mine.map((r) => r.event), ['acquired', 'fence_verified', 'renewed', 'fence_rejected', 'released', 'fence_rejected']);
   for (const r of mine) assert.equal(verifyReceipt(r), true);
-  assert.deepEqual(await heart.acquire(randomUUID(), 'w', 60), { acquired: false, run: null, reason: 'Run not found', code: 'run-not-found' });
+  assertShape(await heart.acquire(randomUUID(), 'w', 60), { acquired: false, run: null, reason: 'Run not found' }, { code: 'run-not-found' });
   assert.equal((await heart.acquire('not-a-uuid', 'w', 60)).code, 'run-not-found');
 });
 

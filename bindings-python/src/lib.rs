@@ -376,8 +376,8 @@ fn sql_decode(request: &str, dialect: &str, results: &str) -> PyResult<String> {
 
 /// The schema migrations of a dialect (JSON `[[name, sql], ...]`).
 #[pyfunction]
-fn sql_migrations(dialect: &str) -> PyResult<String> {
-    bridge::sql_migrations(dialect).map_err(py_err)
+fn sql_migration_plan(dialect: &str) -> PyResult<String> {
+    bridge::sql_migration_plan(dialect).map_err(py_err)
 }
 
 /// The insert of one receipt (JSON) into `heart_receipts`, as `{sql, params}` JSON.
@@ -448,7 +448,7 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store_request, m)?)?;
     m.add_function(wrap_pyfunction!(sql_render, m)?)?;
     m.add_function(wrap_pyfunction!(sql_decode, m)?)?;
-    m.add_function(wrap_pyfunction!(sql_migrations, m)?)?;
+    m.add_function(wrap_pyfunction!(sql_migration_plan, m)?)?;
     m.add_function(wrap_pyfunction!(sql_receipt_insert, m)?)?;
     m.add_function(wrap_pyfunction!(canonicalize_json, m)?)?;
     m.add_function(wrap_pyfunction!(digest_json, m)?)?;

@@ -41,7 +41,7 @@ def test_a_file_is_created_migrated_in_wal_mode_and_migrate_is_idempotent(tmp_pa
     store = hf.SqliteLeaseStore(db)
     assert store.connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     names = [r[0] for r in store.connection.execute("SELECT name FROM heart_fleet_migrations")]
-    assert names == [n for n, _ in json.loads(hf._native.sql_migrations("sqlite"))]
+    assert names == [n for n, _ in json.loads(hf._native.sql_migration_plan("sqlite"))["migrations"]]
     assert all(applied is False for _, applied in store.migrate())
     store.close()
     again = hf.SqliteLeaseStore(db)
@@ -189,3 +189,44 @@ def test_the_async_sqlite_store_keeps_the_loop_running(tmp_path: Path) -> None:
         heart.acquire("x", "w", 60)
     assert all(applied is False for _, applied in asyncio.run(store.migrate()))
     store.close()
+
+
+def test_python_and_rust_migrates_at_once_apply_each_migration_once(tmp_path: Path) -> None:
+    """One migration protocol (the core's plan): Python stores and `heart-fleet migrate`
+    started together on a fresh file exclude each other and record each migration once."""
+    db = tmp_path / "fresh.db"
+    binary = cli()
+    names = [n for n, _ in json.loads(hf._native.sql_migration_plan("sqlite"))["migrations"]]
+    procs = [
+        subprocess.Popen([binary, "--store", f"sqlite:{db}", "migrate"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    results: list[list[tuple[str, bool]]] = []
+    errors: list[BaseException] = []
+
+    def python_migrate() -> None:
+        try:
+            store = hf.SqliteLeaseStore(db)
+            results.append(store.migrate())
+            store.close()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=python_migrate) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert not errors, errors
+    for p, (stdout, stderr) in zip(procs, outs):
+        assert p.returncode == 0, stderr
+    conn = sqlite3.connect(db)
+    recorded = conn.execute("SELECT name, count(*) FROM heart_fleet_migrations GROUP BY name ORDER BY name").fetchall()
+    conn.close()
+    assert recorded == [(n, 1) for n in sorted(names)]
+    # Applied exactly once in total: by the CLI ("NAME: applied") or by a Python store's
+    # first migrate when it opened the file (then every later migrate reports it done).
+    cli_applied = sum(line == f"{n}: applied" for stdout, _ in outs for line in stdout.splitlines() for n in names)
+    assert cli_applied <= len(names)
+    assert all(applied is False for r in results for _, applied in r)

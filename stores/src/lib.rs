@@ -47,7 +47,7 @@ pub use sqlite::SqliteStore;
 pub const DEFAULT_STORE_URL: &str = "sqlite:heart-fleet.db";
 
 /// The table that records applied migrations.
-pub const MIGRATIONS_TABLE: &str = "heart_fleet_migrations";
+pub use heart_fleet_core::sql::MIGRATIONS_TABLE;
 
 /// The tables the statements need, in the order the schema check looks for them.
 pub const REQUIRED_TABLES: [&str; 5] =
@@ -275,51 +275,37 @@ pub struct MigrationStatus {
 /// under an advisory lock, so concurrent `migrate`s apply each migration once; SQLite:
 /// under `BEGIN IMMEDIATE`). Idempotent.
 pub fn migrate(store: &mut AnyStore) -> Result<Vec<MigrationStatus>, StoreError> {
-    let dialect = store.dialect();
-    let create = match dialect {
-        Dialect::Sqlite => format!(
-            "CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (name TEXT NOT NULL PRIMARY KEY, \
-             applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))"
-        ),
-        Dialect::Postgres => format!(
-            "CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (name TEXT NOT NULL PRIMARY KEY, \
-             applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-        ),
-    };
+    // The core's protocol (sql::MigrationPlan), the one every store in every language runs;
+    // `transaction` opens and ends it with the plan's `begin` / `commit`.
+    let plan = sql::migration_plan(store.dialect());
     let mut out = Vec::new();
-    for (name, script) in sql::migrations(dialect) {
+    for (name, script) in plan.migrations {
         let applied = match store {
             AnyStore::Sqlite(s) => s.transaction(|conn| {
-                conn.execute_batch(&create).map_err(|e| failed("sqlite migrations table", e))?;
+                conn.execute_batch(plan.create_record_table).map_err(|e| failed("sqlite migrations table", e))?;
                 let seen: i64 = conn
-                    .query_row(&format!("SELECT count(*) FROM {MIGRATIONS_TABLE} WHERE name = ?1"), [name], |r| {
-                        r.get(0)
-                    })
+                    .query_row(plan.is_applied, [name], |r| r.get(0))
                     .map_err(|e| failed("sqlite migrations table", e))?;
                 if seen > 0 {
                     return Ok(false);
                 }
                 conn.execute_batch(script).map_err(|e| failed(&format!("migration {name}"), e))?;
-                conn.execute(&format!("INSERT INTO {MIGRATIONS_TABLE} (name) VALUES (?1)"), [name])
-                    .map_err(|e| failed("sqlite migrations table", e))?;
+                conn.execute(plan.record, [name]).map_err(|e| failed("sqlite migrations table", e))?;
                 Ok(true)
             })?,
             AnyStore::Postgres(s) => s.transaction(|client| {
-                // One lock for every migrate of this database (the key is arbitrary but fixed).
-                client
-                    .batch_execute(&format!("SELECT pg_advisory_xact_lock(7264817345); {create}"))
-                    .map_err(|e| failed("postgres migrations table", e))?;
-                let seen: i64 = client
-                    .query_one(&format!("SELECT count(*) FROM {MIGRATIONS_TABLE} WHERE name = $1::text"), &[name])
+                for step in plan.lock.iter().chain([&plan.create_record_table]) {
+                    client.batch_execute(step).map_err(|e| failed("postgres migrations table", pg_reason(&e)))?;
+                }
+                let seen: i32 = client
+                    .query_one(plan.is_applied, &[name])
                     .and_then(|r| r.try_get(0))
-                    .map_err(|e| failed("postgres migrations table", e))?;
+                    .map_err(|e| failed("postgres migrations table", pg_reason(&e)))?;
                 if seen > 0 {
                     return Ok(false);
                 }
                 client.batch_execute(script).map_err(|e| failed(&format!("migration {name}"), pg_reason(&e)))?;
-                client
-                    .execute(&format!("INSERT INTO {MIGRATIONS_TABLE} (name) VALUES ($1::text)"), &[name])
-                    .map_err(|e| failed("postgres migrations table", e))?;
+                client.execute(plan.record, &[name]).map_err(|e| failed("postgres migrations table", pg_reason(&e)))?;
                 Ok(true)
             })?,
         };

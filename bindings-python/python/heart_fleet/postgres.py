@@ -20,15 +20,8 @@ from . import _native
 from .errors import InvalidTypeError, StoreProtocolError, StoreUnavailableError
 from .types import HeartReceipt
 
-__all__ = ["PsycopgLeaseStore", "AsyncPsycopgLeaseStore", "MIGRATE_LOCK"]
+__all__ = ["PsycopgLeaseStore", "AsyncPsycopgLeaseStore"]
 
-#: The advisory lock key every migrate of a database takes (the Rust store's).
-MIGRATE_LOCK = 7264817345
-_MIGRATIONS_TABLE = "heart_fleet_migrations"
-_CREATE = (
-    f"CREATE TABLE IF NOT EXISTS {_MIGRATIONS_TABLE} (name TEXT NOT NULL PRIMARY KEY, "
-    "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-)
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 
 
@@ -107,8 +100,17 @@ def _receipt_statement(receipt: HeartReceipt) -> tuple[str, list[Any]]:
     return rendered.sql, [params[i] for i in rendered.order]
 
 
-def _migrations() -> list[tuple[str, str]]:
-    return [(n, s) for n, s in json.loads(_native.sql_migrations("postgres"))]
+class _MigrationPlan:
+    """The core's migration protocol (the one every store in every language runs, so that
+    concurrent migrates from Rust, Node and Python exclude each other), in psycopg's style."""
+
+    def __init__(self) -> None:
+        plan = json.loads(_native.sql_migration_plan("postgres"))
+        #: Statements before the check, in the transaction: the advisory lock, the record table.
+        self.prelude: list[str] = [s for s in (plan["lock"], plan["createRecordTable"]) if s]
+        self.is_applied = _Rendered(plan["isApplied"]).sql
+        self.record = _Rendered(plan["record"]).sql
+        self.migrations: list[tuple[str, str]] = [(n, s) for n, s in plan["migrations"]]
 
 
 class PsycopgLeaseStore:
@@ -204,18 +206,18 @@ class PsycopgLeaseStore:
         one transaction with its record, under an advisory lock (concurrent migrates apply
         each migration once). Idempotent. Returns ``(name, applied_now)`` per migration."""
         psycopg = _psycopg()
+        plan = _MigrationPlan()
         out: list[tuple[str, bool]] = []
-        for name, script in _migrations():
+        for name, script in plan.migrations:
             try:
                 with self.conn.transaction():
-                    self.conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATE_LOCK})")
-                    self.conn.execute(_CREATE)
-                    cur = self.conn.execute(f"SELECT count(*) FROM {_MIGRATIONS_TABLE} WHERE name = %s", (name,))
-                    row = cur.fetchone()
+                    for statement in plan.prelude:
+                        self.conn.execute(statement)
+                    row = self.conn.execute(plan.is_applied, (name,)).fetchone()
                     applied = row is not None and row[0] == 0
                     if applied:
                         self.conn.execute(script)
-                        self.conn.execute(f"INSERT INTO {_MIGRATIONS_TABLE} (name) VALUES (%s)", (name,))
+                        self.conn.execute(plan.record, (name,))
             except psycopg.Error as e:
                 raise StoreUnavailableError(f"migration {name} failed: {e}") from e
             out.append((name, applied))
@@ -309,18 +311,18 @@ class AsyncPsycopgLeaseStore:
     async def migrate(self) -> list[tuple[str, bool]]:
         """:meth:`PsycopgLeaseStore.migrate`, awaited."""
         psycopg = _psycopg()
+        plan = _MigrationPlan()
         out: list[tuple[str, bool]] = []
-        for name, script in _migrations():
+        for name, script in plan.migrations:
             try:
                 async with self.conn.transaction():
-                    await self.conn.execute(f"SELECT pg_advisory_xact_lock({MIGRATE_LOCK})")
-                    await self.conn.execute(_CREATE)
-                    cur = await self.conn.execute(f"SELECT count(*) FROM {_MIGRATIONS_TABLE} WHERE name = %s", (name,))
-                    row = await cur.fetchone()
+                    for statement in plan.prelude:
+                        await self.conn.execute(statement)
+                    row = await (await self.conn.execute(plan.is_applied, (name,))).fetchone()
                     applied = row is not None and row[0] == 0
                     if applied:
                         await self.conn.execute(script)
-                        await self.conn.execute(f"INSERT INTO {_MIGRATIONS_TABLE} (name) VALUES (%s)", (name,))
+                        await self.conn.execute(plan.record, (name,))
             except psycopg.Error as e:
                 raise StoreUnavailableError(f"migration {name} failed: {e}") from e
             out.append((name, applied))

@@ -124,26 +124,24 @@ class SqliteLeaseStore:
         """Applies every migration that ``heart_fleet_migrations`` does not record yet, each in
         one ``BEGIN IMMEDIATE`` transaction together with its record. Idempotent. Returns
         ``(name, applied_now)`` per migration."""
-        create = (
-            f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} (name TEXT NOT NULL PRIMARY KEY, "
-            "applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))"
-        )
+        # The core's migration protocol, the one every store in every language runs.
+        plan = json.loads(_native.sql_migration_plan("sqlite"))
         out: list[tuple[str, bool]] = []
         with self._lock:
             conn = self._conn
-            for name, script in json.loads(_native.sql_migrations("sqlite")):
+            for name, script in plan["migrations"]:
                 try:
-                    conn.execute("BEGIN IMMEDIATE")
+                    conn.execute(plan["begin"])
                     try:
-                        conn.execute(create)
-                        seen = conn.execute(f"SELECT count(*) FROM {MIGRATIONS_TABLE} WHERE name = ?1", (name,)).fetchone()[0]
+                        conn.execute(plan["createRecordTable"])
+                        seen = conn.execute(plan["isApplied"], (name,)).fetchone()[0]
                         if seen == 0:
                             for stmt in split_script(script):
                                 conn.execute(stmt)
-                            conn.execute(f"INSERT INTO {MIGRATIONS_TABLE} (name) VALUES (?1)", (name,))
-                        conn.execute("COMMIT")
+                            conn.execute(plan["record"], (name,))
+                        conn.execute(plan["commit"])
                     except BaseException:
-                        conn.execute("ROLLBACK")
+                        conn.execute(plan["rollback"])
                         raise
                 except sqlite3.Error as e:
                     raise StoreUnavailableError(f"migration {name} failed: {e}") from e

@@ -39,6 +39,6 @@ function missing(what) {
     throw e;
   };
 }
-for (const name of ['sqlRender', 'sqlDecode', 'sqlMigrations', 'sqlReceiptInsert', 'nativeReplay', 'scenarioConfig']) {
+for (const name of ['sqlRender', 'sqlDecode', 'sqlMigrationPlan', 'sqlReceiptInsert', 'nativeReplay', 'scenarioConfig']) {
   if (typeof native[name] !== 'function') native[name] = missing(name);
 }

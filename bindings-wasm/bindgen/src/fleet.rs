@@ -38,10 +38,16 @@ impl NativeFleet {
     pub fn begin(&self, kind: JsValue, args: JsValue) -> Result<JsValue, JsValue> {
         let kind = text("kind", &kind)?;
         let args = text("args", &args)?;
-        Ok(match self.inner.begin(&kind, &args) {
-            Begun::Done(step) => JsValue::from_str(&step),
-            Begun::Pending(op) => NativeOp { inner: op }.into(),
-        })
+        Ok(begun(self.inner.begin(&kind, &args)))
+    }
+
+    /// `begin`, but every store request comes back to JavaScript even with a memory store
+    /// attached (for a host that routes an operation's requests to several stores).
+    #[wasm_bindgen(js_name = beginOnHost)]
+    pub fn begin_on_host(&self, kind: JsValue, args: JsValue) -> Result<JsValue, JsValue> {
+        let kind = text("kind", &kind)?;
+        let args = text("args", &args)?;
+        Ok(begun(self.inner.begin_on_host(&kind, &args)))
     }
 
     /// The 13 counters (an object with the reference's camelCase names).
@@ -143,5 +149,13 @@ impl NativeOp {
     #[wasm_bindgen(js_name = isDone)]
     pub fn is_done(&self) -> bool {
         self.inner.is_done()
+    }
+}
+
+/// A begun operation as JavaScript gets it: the final step's JSON text, or the operation.
+fn begun(b: Begun) -> JsValue {
+    match b {
+        Begun::Done(step) => JsValue::from_str(&step),
+        Begun::Pending(op) => NativeOp { inner: op }.into(),
     }
 }

@@ -172,11 +172,11 @@ pub fn sql_decode(request_json: JsValue, dialect_name: JsValue, results_json: Js
     bridge::sql_decode(&request, &dialect, &text("results", &results_json)?).map_err(from_heart)
 }
 
-/// The schema migrations of a dialect, in order (JSON array of `[name, sql]`).
+/// The migration protocol of a dialect (JSON; `heart_fleet_core::sql::MigrationPlan`).
 #[cfg(feature = "sql")]
-#[wasm_bindgen(js_name = sqlMigrations)]
-pub fn sql_migrations(dialect_name: JsValue) -> Result<String, JsValue> {
-    bridge::sql_migrations(&text("dialect", &dialect_name)?).map_err(from_heart)
+#[wasm_bindgen(js_name = sqlMigrationPlan)]
+pub fn sql_migration_plan(dialect_name: JsValue) -> Result<String, JsValue> {
+    bridge::sql_migration_plan(&text("dialect", &dialect_name)?).map_err(from_heart)
 }
 
 /// The insert of one receipt (JSON) into `heart_receipts`, as `{sql, params}` JSON.

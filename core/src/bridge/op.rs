@@ -324,12 +324,23 @@ impl BridgeFleet {
     /// (acquire keeps the reference's `{acquired:false, reason:"Invalid input"}` for bad
     /// values).
     pub fn begin(&self, kind: &str, args: &str) -> Begun {
+        self.begin_with(kind, args, self.memory.clone())
+    }
+
+    /// [`BridgeFleet::begin`], but every store request goes to the host even when a memory
+    /// store is attached: for a host that routes one operation's requests to several stores
+    /// (runs in one, effect intents in another). Counters and receipts are this fleet's.
+    pub fn begin_on_host(&self, kind: &str, args: &str) -> Begun {
+        self.begin_with(kind, args, None)
+    }
+
+    fn begin_with(&self, kind: &str, args: &str, memory: Option<BridgeMemoryStore>) -> Begun {
         let config = self.shared.lock().map(|s| s.config).unwrap_or_default();
         let op = match build(kind, args, config) {
             Ok(op) => op,
             Err(e) => return Begun::Done(step_json(&Step::Done(Err(e)), Vec::new())),
         };
-        let mut running = Running { op, shared: self.shared.clone(), memory: self.memory.clone() };
+        let mut running = Running { op, shared: self.shared.clone(), memory };
         let first = running.op.start();
         let (text, done, request) = running.run(first);
         if done { Begun::Done(text) } else { Begun::Pending(BridgeOp { running: Some(running), need: text, request }) }
@@ -553,6 +564,21 @@ mod tests {
             panic!("acquire should finish");
         };
         assert_eq!(json(&text)["ok"]["reason"], "Invalid input");
+    }
+
+    #[test]
+    fn begin_on_host_hands_every_store_request_to_the_host_even_with_a_memory_store() {
+        let store = memory();
+        let f = fleet(Some(store.clone()));
+        let Begun::Pending(mut op) = f.begin_on_host("acquire", r#"{"runId":"r","owner":"w","ttlSeconds":60}"#) else {
+            panic!("the host answers the store requests");
+        };
+        assert_eq!(json(op.need())["need"], "store");
+        // The host answers from the same memory store; the counters are the fleet's.
+        let answer = store.execute_json(op.request()).unwrap();
+        let text = op.resume_store(&answer);
+        assert_eq!(json(&text)["ok"]["acquired"], true);
+        assert_eq!(f.metrics().acquire_wins, 1);
     }
 
     #[test]

@@ -84,10 +84,10 @@ pub fn sql_decode(request_json: &str, dialect_name: &str, results_json: &str) ->
     Ok(to_text(&answer))
 }
 
-/// The schema migrations of a dialect, in order (JSON array of `[name, sql]`). Each is
-/// idempotent; run each as one batch.
-pub fn sql_migrations(dialect_name: &str) -> BridgeResult<String> {
-    Ok(to_text(sql::migrations(dialect(dialect_name)?)))
+/// The migration protocol of a dialect ([`sql::MigrationPlan`]) as JSON: `{begin, lock,
+/// createRecordTable, isApplied, record, commit, rollback, migrations: [[name, script]]}`.
+pub fn sql_migration_plan(dialect_name: &str) -> BridgeResult<String> {
+    Ok(to_text(&sql::migration_plan(dialect(dialect_name)?)))
 }
 
 /// The insert of one receipt (JSON) into `heart_receipts`, as `{sql, params}` JSON.
