@@ -18,7 +18,7 @@ def test_migrate_is_idempotent_under_the_advisory_lock(pg_url: str) -> None:
     with hf.PsycopgLeaseStore.connect(pg_url) as store:
         assert all(applied is False for _, applied in store.migrate())
         names = [r[0] for r in store.conn.execute("SELECT name FROM heart_fleet_migrations ORDER BY name")]
-        assert names == sorted(n for n, _ in hf.postgres._migrations())
+        assert names == sorted(n for n, _ in hf.postgres._MigrationPlan().migrations)
 
 
 def test_a_lease_cycle_on_postgres(pg_url: str) -> None:
