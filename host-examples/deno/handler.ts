@@ -67,7 +67,9 @@ export function createHandler({ store, job = exampleJob, ttlSeconds = 30 }: Hand
         { runId: run.id, owner, ttlSeconds, releaseToReady: true },
         (_getFence, signal) => job({ key, runId: run.id, signal, holdMs }),
       );
-      return json({ ...out, runId: run.id, owner, receipts });
+      // The result's own fields, then ours (non-enumerable on the result, so named here).
+      const ours = out.ran ? { released: out.released, lost: out.lost } : { code: out.code, released: out.released };
+      return json({ ...out, ...ours, runId: run.id, owner, receipts });
     } catch (e) {
       const err = e as { code?: string; message?: string };
       // A store failure is store-unavailable (503), never "not run because held".
