@@ -308,6 +308,55 @@ export interface LeaseStore {
   execute(request: StoreRequest): StoreAnswer | string | Promise<StoreAnswer | string>;
 }
 
+/**
+ * A run as a user's store hands it over: the TypeScript package's schema, where missing
+ * columns (`fencing_epoch` and the rest) take the schema's defaults.
+ */
+export type StoredRun = { id: string } & Partial<Omit<AgentRunRow, 'lease_expires_at' | 'updated_at' | 'created_at'>> & {
+  lease_expires_at?: string | Date | null;
+  updated_at?: string | Date;
+  created_at?: string | Date;
+};
+
+/** The conditions of `conditionalUpdate`: strict equality, membership, a timestamp strictly before. */
+export interface LeaseConditions {
+  eq?: Record<string, unknown>;
+  in?: Record<string, unknown[]>;
+  lt?: Record<string, string>;
+}
+
+/**
+ * The TypeScript package's `LeaseStore` contract, accepted by `HeartFleet` as its store:
+ * each request is decided by the core on the row `getRun` returns and written back with
+ * `conditionalUpdate` conditioned on every column the decision read (re-decided at most
+ * `casRetries` times when the row changed); sweeps go through `findExpiredLeases`; `now()` is
+ * the clock (so skewed worker clocks disagree about expiry). It cannot hold effect intents,
+ * instances or run listings: those requests fail with `invalid-input`.
+ */
+export interface ReferenceLeaseStore {
+  getRun(runId: string): StoredRun | null | Promise<StoredRun | null>;
+  /** Atomic: merges `updates` when every condition holds; the updated row, or null. */
+  conditionalUpdate(runId: string, updates: Record<string, unknown>, conditions: LeaseConditions): StoredRun | null | Promise<StoredRun | null>;
+  findExpiredLeases(nowIso: string, limit: number): StoredRun[] | Promise<StoredRun[]>;
+  now(): Date | Promise<Date>;
+}
+
+/** An instance as a LivenessStore hands it over. */
+export type StoredInstance = Pick<InstanceRow, 'instance_id' | 'status'> & { last_heartbeat: string | Date } & Partial<InstanceRow>;
+
+/**
+ * The TypeScript package's `LivenessStore`, accepted by `LivenessReclaimer({store})`.
+ * `reclaimRun(runId, owner, retries)` returns the run to `ready` with those retries when
+ * it is still owned by `owner`, and answers whether it did.
+ */
+export interface LivenessStore {
+  now(): Date | Promise<Date>;
+  liveInstances(): StoredInstance[] | Promise<StoredInstance[]>;
+  markInstancesDead(instanceIds: string[]): unknown;
+  runsOwnedBy(instanceIds: string[], limit: number): StoredRun[] | Promise<StoredRun[]>;
+  reclaimRun(runId: string, owner: string, retries: number): boolean | Promise<boolean>;
+}
+
 /** The effect-ledger contract of `guardIrreversible` (the reference's `EffectLedger`). */
 export interface EffectLedger {
   recordOnce(runId: string, effectKey: string): boolean | Promise<boolean>;
@@ -349,7 +398,7 @@ export declare const RECEIPT_SCHEMA_VERSION: 'zao.heart.receipt.v1';
  * The deterministic in-memory store (the core's, in Rust). Its clock starts at the Unix
  * epoch unless given. A `HeartFleet` over it runs operations synchronously inside Rust.
  */
-export declare class MemoryLeaseStore implements LeaseStore {
+export declare class MemoryLeaseStore implements LeaseStore, ReferenceLeaseStore {
   constructor(now?: Date | string | number);
   /** A store seeded by a conformance scenario (JSON text). */
   static fromScenario(scenario: string): MemoryLeaseStore;
@@ -359,6 +408,16 @@ export declare class MemoryLeaseStore implements LeaseStore {
   /** Inserts a run (timestamps = the clock); a reused idempotency key throws `Idempotency key collision: <key>`. */
   insert(run: NewRun): AgentRunRow;
   getRun(runId: string): AgentRunRow | null;
+  /**
+   * The TypeScript package's conditional update (one of the core's conditional writes): eq is
+   * strict equality (text for a timestamp compares the instant), in is membership, lt a
+   * timestamp strictly before; a shallow merge (`updated_at` only when given). Conditions and
+   * updates may name id, status, lease_owner, idempotency_key, lease_expires_at, updated_at,
+   * retries, fencing_epoch.
+   */
+  conditionalUpdate(runId: string, updates: Partial<Omit<AgentRunRow, 'id' | 'idempotency_key'>>, conditions?: LeaseConditions): Promise<AgentRunRow | null>;
+  /** Held runs expired at `nowIso` (`lease_expires_at <= nowIso`, or no expiry), insertion order. */
+  findExpiredLeases(nowIso: string | Date, limit?: number): Promise<AgentRunRow[]>;
   runs(): AgentRunRow[];
   intents(): IntentRow[];
   dispatchLog(): DispatchLogEntry[];
@@ -405,6 +464,9 @@ export interface SupabaseLike {
   from(table: string): any;
 }
 
+/** The reference's name for a client `SupabaseLeaseStore` takes. */
+export type SupabaseLikeClient = SupabaseLike;
+
 /**
  * A store over Supabase's REST API (PostgREST) through a supabase-js client. It decides
  * with the core's evaluator on the rows it reads and writes back with a compare-and-set.
@@ -414,6 +476,8 @@ export interface SupabaseLike {
  * with the write, and scans read every candidate row. Errors are errors, never misses.
  */
 export declare class SupabaseLeaseStore implements LeaseStore {
+  /** The reference's form: the client, and the runs table (default `agent_runs`). */
+  constructor(client: SupabaseLikeClient, table?: string);
   constructor(options: {
     client: SupabaseLike;
     /** The worker's clock (default `Date.now`). */
@@ -431,16 +495,22 @@ export declare class SupabaseLeaseStore implements LeaseStore {
 // ---------------------------------------------------------------------------------------
 
 export interface HeartFleetOptions {
-  store: LeaseStore;
+  /** MemoryLeaseStore, a store executing the core's requests, or the TypeScript package's LeaseStore. */
+  store: LeaseStore | ReferenceLeaseStore;
   /** Receives every receipt (errors swallowed); `receipts()` is then empty. */
   onReceipt?: ((receipt: HeartReceipt) => void | Promise<void>) | null;
   /** Retry ceiling (default 5); `Infinity` or `null` never quarantines. */
   maxRetries?: number | null;
+  /** The longest wait for one answer of a JS store (default 30000 ms); then `store-unavailable`. */
+  storeTimeoutMs?: number;
+  /** ReferenceLeaseStore only: decisions per write when the row keeps changing (default 5). */
+  casRetries?: number;
 }
 
 export declare class HeartFleet {
+  /** An unknown option is a TypeError. */
   constructor(options: HeartFleetOptions);
-  readonly store: LeaseStore;
+  readonly store: LeaseStore | ReferenceLeaseStore;
   /** The ceiling (`Infinity` when unlimited). */
   readonly maxRetries: number;
   /** The 13 counters (a snapshot). */
@@ -511,15 +581,58 @@ export declare class MemoryEffectLedger implements EffectLedger {
 }
 
 /**
- * The durable ledger: `effect_intents` and `outbox_dispatch_log` of a heart's store.
+ * What `DurableEffectLedger({client})` needs of a supabase-js client (the reference's
+ * OutboxClient): `from(table)` with insert / update / select, eq / in / lt, limit and
+ * maybeSingle; an error with code `23505` is a duplicate claim.
+ */
+export interface OutboxClient {
+  from(table: string): any;
+}
+
+export type EffectChannel = 'telegram' | 'farcaster' | 'mail' | 'onchain' | 'internal';
+
+/** The reference's `DurableEffectLedger` options. */
+export interface DurableEffectLedgerOpts {
+  client: OutboxClient;
+  /** Default `effect_intents`. */
+  intentsTable?: string;
+  /** Default `outbox_dispatch_log`. */
+  logTable?: string;
+  /** The clock of the rows it writes and of the stale-dispatch scan (default the wall clock). */
+  now?: () => Date | number;
+}
+
+/**
+ * The durable ledger: `effect_intents` and `outbox_dispatch_log`, over a supabase-js-like
+ * client (`{client}`, the reference's form; `sendOnce` and `reconcileOutbox` then take a heart
+ * over any store), or over a heart's store (`{heart}`, `{store}`). The reference's single
+ * transitions are there for code that drives the protocol by hand (unfenced, as in the
+ * reference); a failure throws `<method> failed: <message>` (code `store-unavailable`).
  */
 export declare class DurableEffectLedger implements EffectLedger {
-  constructor(options: { heart: HeartFleet } | { store: LeaseStore });
+  constructor(options: DurableEffectLedgerOpts | { heart: HeartFleet } | { store: LeaseStore });
   readonly heart: HeartFleet;
   readonly store: LeaseStore;
   recordOnce(runId: string, effectKey: string): Promise<boolean>;
-  /** Dispatched intents whose fence expired by the store's clock (`nowIso` is ignored). */
-  findStaleDispatched(nowIso?: string, limit?: number): Promise<IntentRow[]>;
+  /** true when this call inserted the intent; false for a duplicate (logged `deduped`). */
+  claimIntent(input: { runId: string; effectKey: string; channel: EffectChannel; payloadDigest: string }): Promise<boolean>;
+  /** intent → dispatched with the fence recorded; true when it happened. */
+  markDispatched(input: { runId: string; effectKey: string; fenceOwner: string; fenceExpiresAt: Instant }): Promise<boolean>;
+  /** dispatched → committed with the evidence, logged `sent`; true when it happened. */
+  markCommitted(input: { runId: string; effectKey: string; externalRef: unknown }): Promise<boolean>;
+  /**
+   * Dispatched intents whose fence expired (`<= now`), at most `limit` (50). `{client}`: at
+   * `nowIso` when given, else the ledger's clock; a store ledger uses the store's clock.
+   */
+  findStaleDispatched(nowIso?: Instant, limit?: number): Promise<IntentRow[]>;
+  /** dispatched → intent (proved not sent); logged `reconciled` only when it happened. */
+  reopen(runId: string, effectKey: string, lastError: string): Promise<void>;
+  /** attempts = currentAttempts + 1 on a dispatched intent; returns that count. */
+  noteUnresolved(runId: string, effectKey: string, currentAttempts: number): Promise<number>;
+  /** intent | dispatched → abandoned; logged `abandoned` only when it happened. */
+  abandon(runId: string, effectKey: string, reason: string): Promise<void>;
+  /** A dispatch-log entry by hand, best-effort (`{client}` form only). */
+  logAttempt(runId: string, effectKey: string, attempt: number, outcome: string, detail?: unknown): Promise<void>;
   dispatchLog(runId: string, effectKey: string): Promise<DispatchLogEntry[]>;
 }
 
@@ -546,17 +659,27 @@ export interface SendOnceOptions<T> {
 
 export declare function sendOnce<T>(heart: HeartFleet, ledger: DurableEffectLedger, options: SendOnceOptions<T>): Promise<SendResult<T>>;
 
-export type ProbeVerdict = { status: 'sent'; externalRef?: unknown } | { status: 'not-sent' } | { status: 'unknown' };
+/** The reference's names for sendOnce's input and outcome. */
+export type SendOnceInput<T> = SendOnceOptions<T>;
+export type SendOnceOutcome<T> = SendResult<T>;
 
-export declare function reconcileOutbox(
-  ledger: DurableEffectLedger,
-  options?: {
-    probes?: Record<string, (intent: IntentRow) => ProbeVerdict | 'not-sent' | 'unknown' | Promise<ProbeVerdict | 'not-sent' | 'unknown'>>;
-    maxAttempts?: number;
-    limit?: number;
-    heart?: HeartFleet;
-  },
-): Promise<ReconcileSummary>;
+export type ProbeVerdict = { status: 'sent'; externalRef?: unknown } | { status: 'not-sent' } | { status: 'unknown' };
+/** The reference's names for a probe's answer and a probe. */
+export type ProbeResult = ProbeVerdict;
+export type ChannelProbe = (intent: IntentRow) => ProbeVerdict | 'not-sent' | 'unknown' | Promise<ProbeVerdict | 'not-sent' | 'unknown'>;
+
+export interface ReconcileOptions {
+  /** By channel; a channel without a probe is `unknown`. */
+  probes?: Partial<Record<string, ChannelProbe>>;
+  maxAttempts?: number;
+  limit?: number;
+  /** The clock over a `{client}` ledger (default the ledger's); a store ledger's store decides. */
+  now?: () => Date | number;
+  /** Where receipts and counters go (default the ledger's heart). */
+  heart?: HeartFleet;
+}
+
+export declare function reconcileOutbox(ledger: DurableEffectLedger, options?: ReconcileOptions): Promise<ReconcileSummary>;
 
 export declare function ensureResourceRun(
   heart: HeartFleet,
@@ -565,11 +688,31 @@ export declare function ensureResourceRun(
   options?: { objective?: string; createdBy?: string },
 ): Promise<{ run: AgentRunRow; created: boolean }>;
 
+/**
+ * `LivenessReclaimer`'s summary, the TypeScript package's shape. Over a heart, the
+ * quarantined runs are in the non-enumerable `quarantinedIds`; over a LivenessStore nothing
+ * is quarantined (reclaimRun cannot express it).
+ */
+export interface ReclaimerSummary {
+  deadInstanceIds: string[];
+  reclaimedCount: number;
+  reclaimedIds: string[];
+  errors: { id: string; error: string }[];
+  readonly quarantinedIds?: string[];
+}
+
 export declare class LivenessReclaimer {
-  constructor(options: { heart: HeartFleet; ttlMs?: number } | { store: LeaseStore; ttlMs?: number; maxRetries?: number | null });
-  readonly heart: HeartFleet;
+  constructor(
+    options:
+      | { heart: HeartFleet; ttlMs?: number }
+      | { store: LeaseStore | ReferenceLeaseStore; ttlMs?: number; maxRetries?: number | null; storeTimeoutMs?: number }
+      /** The TypeScript package's form; a `heart` gets the receipts and counters of each pass. */
+      | { store: LivenessStore; heart?: HeartFleet; ttlMs?: number; storeTimeoutMs?: number },
+  );
+  /** null over a LivenessStore without a heart. */
+  readonly heart: HeartFleet | null;
   ttlMs: number;
-  reclaimDeadInstanceRuns(options?: { maxReclaimsPerCycle?: number }): Promise<LivenessSummary>;
+  reclaimDeadInstanceRuns(options?: { maxReclaimsPerCycle?: number }): Promise<ReclaimerSummary>;
   registerInstance(instanceId: string, options?: { hostname?: string | null; pid?: number | null; metadata?: unknown }): Promise<InstanceRow>;
   heartbeat(instanceId: string): Promise<boolean>;
   drainInstance(instanceId: string): Promise<boolean>;

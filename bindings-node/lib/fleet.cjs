@@ -11,8 +11,10 @@
 
 const native = require('./native.cjs');
 const { MemoryLeaseStore, NATIVE } = require('./memory-store.cjs');
+const { ReferenceStoreRequests, LEASE_STORE_METHODS, missingMethods } = require('./reference-store.cjs');
 const {
   codedError,
+  HeartFleetError,
   typeError,
   str,
   int,
@@ -79,21 +81,73 @@ function answerText(ans) {
 }
 
 /**
+ * One store request (JSON text) on the fleet's own store, as the driving loop sends it:
+ * the answer (an object or JSON text), or a Promise of it. `store` is what executes the
+ * operation's requests (see operationStore).
+ */
+function storeCall(fleet, requestText, store = operationStore(fleet)) {
+  // Stores that take JSON text (executeJson) skip the parse and the stringify.
+  return fleet._textStore ? store.executeJson(requestText) : store.execute(JSON.parse(requestText));
+}
+
+/**
+ * What executes one operation's store requests: the fleet's store, or over a store with
+ * the LeaseStore methods a fresh ReferenceStoreRequests (it remembers the rows the
+ * operation read, so a decision that needs a row once reads it once).
+ */
+function operationStore(fleet) {
+  return fleet._reference ? new ReferenceStoreRequests(fleet.store, fleet._reference) : fleet.store;
+}
+
+/**
+ * A store's pending answer, bounded by `ms` (HeartFleet's storeTimeoutMs): a store call that
+ * never settles fails the operation (store-unavailable) instead of hanging it. The timer is
+ * cleared when the answer comes and never keeps the process alive on its own.
+ */
+function bounded(pending, ms) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms (storeTimeoutMs)`)), ms);
+    if (typeof timer === 'object' && typeof timer.unref === 'function') timer.unref();
+    else if (typeof globalThis.Deno?.unrefTimer === 'function') globalThis.Deno.unrefTimer(timer);
+  });
+  return Promise.race([pending, timeout]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * Resumes the machine with a store's failure (the core names the step). Our own coded
+ * errors keep their code: a wrong-shaped answer (store-protocol) and a request the store's
+ * contract cannot serve (invalid-input); anything else is store-unavailable.
+ */
+function storeFailed(op, e) {
+  const text = op.resumeStoreError(messageOf(e));
+  if (!(e instanceof HeartFleetError) || (e.code !== 'store-protocol' && e.code !== 'invalid-input')) return text;
+  const step = JSON.parse(text);
+  if (step.done && step.error && step.error.code === 'store-unavailable') step.error.code = e.code;
+  return JSON.stringify(step);
+}
+
+/**
  * Drives one operation to its end. `host` answers the non-store needs:
  * `recordOnce(runId, effectKey)`, `effect(effectKey, epoch)`, `probe(intent)`.
+ * `storeFor(request)`, when given, routes the operation's store requests: a store object it
+ * returns answers that request (`execute`), null leaves it to the fleet's store; the
+ * operation then starts with `beginOnHost`, so every request comes back here even over a
+ * MemoryLeaseStore (counters and receipts stay the fleet's).
  * Returns the final step `{done, ok}` / `{done, error}`; a host function that threw is
  * re-thrown as is after the machine finished (the effect's own exception propagates, as in
  * the reference).
  */
-async function driveStep(fleet, kind, argsText, host) {
+async function driveStep(fleet, kind, argsText, host, storeFor) {
   const nf = fleet[NATIVE];
-  const first = nf.begin(kind, argsText);
+  const first = storeFor ? nf.beginOnHost(kind, argsText) : nf.begin(kind, argsText);
   if (typeof first === 'string') {
     const step = JSON.parse(first);
     if (step.receipts) deliver(fleet, step.receipts);
     return step;
   }
   const op = first;
+  const own = operationStore(fleet);
   let step = JSON.parse(op.need());
   let hostThrew = null;
   for (;;) {
@@ -105,11 +159,12 @@ async function driveStep(fleet, kind, argsText, host) {
     let text;
     switch (step.need) {
       case 'store': {
-        const store = fleet.store;
         try {
-          // Stores that take JSON text (executeJson) skip the parse and the stringify.
-          let ans = fleet._textStore ? store.executeJson(op.request()) : store.execute(JSON.parse(op.request()));
-          if (isThenable(ans)) ans = await ans;
+          const request = op.request();
+          const parsed = storeFor ? JSON.parse(request) : null;
+          const routed = parsed && storeFor(parsed);
+          let ans = routed ? routed.execute(parsed) : storeCall(fleet, request, own);
+          if (isThenable(ans)) ans = await bounded(ans, fleet._storeTimeoutMs);
           let answer;
           try {
             answer = answerText(ans);
@@ -120,7 +175,7 @@ async function driveStep(fleet, kind, argsText, host) {
           }
           text = op.resumeStore(answer);
         } catch (e) {
-          text = op.resumeStoreError(messageOf(e));
+          text = storeFailed(op, e);
         }
         break;
       }
@@ -162,20 +217,42 @@ async function driveStep(fleet, kind, argsText, host) {
   }
 }
 
-/** Drives an operation and returns its value, throwing its coded error. */
-async function drive(fleet, kind, args, host) {
-  const step = await driveStep(fleet, kind, JSON.stringify(args), host);
+/** Drives an operation and returns its value, throwing its coded error (`storeFor`: see driveStep). */
+async function drive(fleet, kind, args, host, storeFor) {
+  const step = await driveStep(fleet, kind, JSON.stringify(args), host, storeFor);
   if (step.error) throw toError(step.error);
   return step.ok;
 }
 
+/**
+ * Which lease-store contract `store` implements: `memory` (MemoryLeaseStore), `requests`
+ * (`execute(request)`, the core's request language; preferred when an object has both) or
+ * `reference` (the TypeScript package's getRun, conditionalUpdate, findExpiredLeases, now);
+ * null for none.
+ */
+function storeKind(store) {
+  if (store instanceof MemoryLeaseStore) return 'memory';
+  if (store === null || typeof store !== 'object') return null;
+  if (typeof store.execute === 'function') return 'requests';
+  return missingMethods(store, LEASE_STORE_METHODS).length === 0 ? 'reference' : null;
+}
+
+/** What a lease store lacks, for the TypeError of an object that matches no contract. */
+function leaseStoreGap(store) {
+  if (store === null || typeof store !== 'object') return `got ${describe(store)}`;
+  return `this object has no execute and lacks ${missingMethods(store, LEASE_STORE_METHODS).join(', ')}`;
+}
+
+/** `storeKind(store)`, or a TypeError naming what the object lacks. */
 function checkStore(store) {
-  if (store instanceof MemoryLeaseStore) return;
-  if (store === null || typeof store !== 'object' || typeof store.execute !== 'function') {
+  const kind = storeKind(store);
+  if (kind === null) {
     throw typeError(
-      'HeartFleet: store must be a MemoryLeaseStore or an object with execute(request) -> StoreAnswer | Promise<StoreAnswer>',
+      'HeartFleet: store must be a MemoryLeaseStore, an object with execute(request) -> StoreAnswer | Promise<StoreAnswer>, ' +
+        `or one with the LeaseStore methods ${LEASE_STORE_METHODS.join(', ')}; ${leaseStoreGap(store)}`,
     );
   }
+  return kind;
 }
 
 function maxRetriesOf(v) {
@@ -188,29 +265,48 @@ function freezeFence(f) {
   return f ? Object.freeze(f) : f;
 }
 
+const FLEET_OPTIONS = ['store', 'onReceipt', 'maxRetries', 'storeTimeoutMs', 'casRetries'];
+/** The longest wait for one store answer, by default (ms). */
+const DEFAULT_STORE_TIMEOUT_MS = 30_000;
+/** How many times a LeaseStore-methods store's write is decided, by default, when the row keeps changing. */
+const DEFAULT_CAS_RETRIES = 5;
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /**
  * The lease layer over one store (the reference's `HeartFleet`).
  *
- * `new HeartFleet({store, onReceipt?, maxRetries?})`: `maxRetries` defaults to 5;
- * `Infinity` or `null` never quarantines. Without `onReceipt`, receipts are kept and
- * `receipts()` returns them; with it, each receipt goes to the sink (errors swallowed) and
- * `receipts()` is empty, as in the reference.
+ * `new HeartFleet({store, onReceipt?, maxRetries?, storeTimeoutMs?, casRetries?})`:
+ * `maxRetries` defaults to 5; `Infinity` or `null` never quarantines. Without `onReceipt`,
+ * receipts are kept and `receipts()` returns them; with it, each receipt goes to the sink
+ * (errors swallowed) and `receipts()` is empty, as in the reference. `storeTimeoutMs`
+ * (default 30000) bounds the wait for each answer of a JS store: past it the operation fails
+ * with store-unavailable naming the step. `casRetries` (default 5; only for a store with the
+ * LeaseStore methods) is how many times a write is decided when the row keeps changing
+ * under it. An unknown option is a TypeError.
  */
 class HeartFleet {
   constructor(options) {
     if (options === null || typeof options !== 'object') {
       throw typeError(`HeartFleet: options {store, onReceipt?, maxRetries?} required, got ${describe(options)}`);
     }
-    const { store, onReceipt, maxRetries } = options;
-    checkStore(store);
+    const unknown = Object.keys(options).filter((k) => !FLEET_OPTIONS.includes(k));
+    if (unknown.length > 0) throw typeError(`HeartFleet: unknown option ${unknown.join(', ')} (the options are ${FLEET_OPTIONS.join(', ')})`);
+    const { store, onReceipt, maxRetries, storeTimeoutMs, casRetries } = options;
+    const kind = checkStore(store);
     if (onReceipt !== undefined && onReceipt !== null && typeof onReceipt !== 'function') {
       throw typeError('HeartFleet: onReceipt must be a function');
     }
+    if (casRetries !== undefined && kind !== 'reference') {
+      throw typeError(`HeartFleet: casRetries applies only to a store with the LeaseStore methods (${LEASE_STORE_METHODS.join(', ')})`);
+    }
     const max = maxRetriesOf(maxRetries);
+    this._storeTimeoutMs = optInt('storeTimeoutMs', storeTimeoutMs, 1, MAX_TIMER_MS, DEFAULT_STORE_TIMEOUT_MS);
+    this._reference =
+      kind === 'reference' ? { casRetries: optInt('casRetries', casRetries, 1, 100, DEFAULT_CAS_RETRIES), timeoutMs: this._storeTimeoutMs } : null;
     Object.defineProperty(this, 'store', { value: store, enumerable: true });
     Object.defineProperty(this, 'maxRetries', { value: max === null ? Infinity : max, enumerable: true });
     this._onReceipt = typeof onReceipt === 'function' ? onReceipt : null;
-    this._textStore = typeof store.executeJson === 'function';
+    this._textStore = kind !== 'reference' && typeof store.executeJson === 'function';
     this[NATIVE] = new native.NativeFleet(max, this._onReceipt !== null);
     if (store instanceof MemoryLeaseStore) this[NATIVE].attachMemoryStore(store[NATIVE]);
   }
@@ -408,8 +504,13 @@ module.exports = {
   ensureResourceRun,
   drive,
   driveStep,
+  storeCall,
+  bounded,
   runRequest,
   checkStore,
+  storeKind,
+  leaseStoreGap,
+  DEFAULT_STORE_TIMEOUT_MS,
   MAX_TTL_SECONDS,
   RUN_STATUSES,
 };

@@ -1,8 +1,9 @@
 'use strict';
 // Instance liveness (agent_instances) and the reference's pure helpers.
 
-const { HeartFleet } = require('./fleet.cjs');
-const { typeError, opts: optsOf, optInt, describe } = require('./util.cjs');
+const { HeartFleet, drive, storeKind, leaseStoreGap } = require('./fleet.cjs');
+const { missingMethods, fillRun } = require('./reference-store.cjs');
+const { typeError, codedError, opts: optsOf, optInt, describe, messageOf } = require('./util.cjs');
 
 const DEFAULT_LIVENESS_TTL_MS = 90_000;
 
@@ -50,43 +51,205 @@ function runsLeasedToDeadInstances(runs, deadIds) {
   );
 }
 
+/** The TypeScript package's LivenessStore methods. */
+const LIVENESS_STORE_METHODS = Object.freeze(['now', 'liveInstances', 'markInstancesDead', 'runsOwnedBy', 'reclaimRun']);
+
+function protocol(message) {
+  return codedError('store-protocol', `LivenessStore.${message}`);
+}
+
 /**
- * The proactive dead-instance reclaimer. `new LivenessReclaimer({heart, ttlMs = 90000})`
- * (or `{store, ttlMs, maxRetries?}`, which makes a private fleet).
- * `reclaimDeadInstanceRuns({maxReclaimsPerCycle = 200})` → `{deadInstanceIds,
- * reclaimedCount, reclaimedIds, quarantinedIds, errors}`. Unlike the reference, every
- * recovery counts toward the retry ceiling and leaves a receipt (fix 3), and instances
- * declared dead earlier are still swept.
+ * One liveness pass over a LivenessStore: it answers the store requests of the core's
+ * liveness machine (mark the silent instances dead, scan their runs, recover each run), so
+ * the machine keeps the bookkeeping (the summary, `reclaimed` receipts naming the dead
+ * owner, the `reclaims` counter). The steps are the TypeScript package's: one `now()` for
+ * the pass; a failing liveInstances or runsOwnedBy ends the pass with an `instances` or
+ * `runs` error entry; a failing markInstancesDead is ignored; `reclaimRun(id, owner,
+ * retries + 1)` answering false or throwing is an error entry for that run.
+ */
+class LivenessPass {
+  constructor(store, ttlMs) {
+    this.store = store;
+    this.ttlMs = ttlMs;
+    this.dead = [];
+    this.errors = []; // the pass-ending `instances` / `runs` entries
+    this.thrown = new Map(); // runId -> what its reclaimRun threw
+    this.runs = new Map(); // runId -> the row runsOwnedBy returned
+    this.at = null;
+  }
+
+  execute(request) {
+    switch (request.op) {
+      case 'update_instances':
+        return this._markDead();
+      case 'scan_runs':
+        return this._runsOfDead(request.limit);
+      case 'update_run':
+        return this._reclaim(request.run_id);
+      default:
+        throw protocol(`the liveness pass cannot answer ${request.op}`);
+    }
+  }
+
+  _answer(reply) {
+    return { now: this.at, reply };
+  }
+
+  async _markDead() {
+    const clock = await this.store.now();
+    const ms = clock instanceof Date ? clock.getTime() : clock;
+    if (typeof ms !== 'number' || !Number.isFinite(ms)) throw protocol(`now() returned ${describe(clock)}, not a valid Date`);
+    this.at = new Date(Math.floor(ms)).toISOString();
+    let instances;
+    try {
+      instances = await this.store.liveInstances();
+    } catch (e) {
+      this.errors.push({ id: 'instances', error: messageOf(e) });
+      return this._answer({ kind: 'instances', instances: [] });
+    }
+    if (!Array.isArray(instances)) throw protocol(`liveInstances returned ${describe(instances)}, not an array`);
+    try {
+      this.dead = deadInstanceIds(instances, ms, this.ttlMs);
+    } catch (e) {
+      throw protocol(`liveInstances returned a row that is not an instance: ${e.message}`);
+    }
+    if (this.dead.length > 0) {
+      try {
+        await this.store.markInstancesDead(this.dead);
+      } catch {
+        // As in the TypeScript package: their runs are reclaimed all the same.
+      }
+    }
+    // The machine reads only the ids of the instances it declared dead.
+    const rows = this.dead.map((id) => ({ instance_id: id, hostname: null, pid: null, status: 'dead', started_at: this.at, last_heartbeat: this.at, metadata: null }));
+    return this._answer({ kind: 'instances', instances: rows });
+  }
+
+  async _runsOfDead(limit) {
+    if (this.dead.length === 0) return this._answer({ kind: 'runs', runs: [] });
+    let rows;
+    try {
+      rows = await this.store.runsOwnedBy(this.dead, limit);
+    } catch (e) {
+      this.errors.push({ id: 'runs', error: messageOf(e) });
+      return this._answer({ kind: 'runs', runs: [] });
+    }
+    if (!Array.isArray(rows)) throw protocol(`runsOwnedBy returned ${describe(rows)}, not an array of runs`);
+    for (const raw of rows) {
+      if (raw === null || typeof raw !== 'object' || typeof raw.id !== 'string') throw protocol(`runsOwnedBy returned ${describe(raw)} among its runs`);
+      this.runs.set(raw.id, raw);
+    }
+    return this._answer({ kind: 'runs', runs: rows.map((raw) => fillRun(raw, this.at)) });
+  }
+
+  async _reclaim(runId) {
+    const raw = this.runs.get(runId);
+    const retries = (raw.retries ?? 0) + 1;
+    let ok;
+    try {
+      ok = await this.store.reclaimRun(runId, raw.lease_owner, retries);
+    } catch (e) {
+      this.thrown.set(runId, messageOf(e));
+      ok = false;
+    }
+    if (typeof ok !== 'boolean') throw protocol(`reclaimRun returned ${describe(ok)}, not a boolean`);
+    // What reclaimRun writes: back to ready, the lease cleared, the retries it was given.
+    const after = ok ? { ...fillRun(raw, this.at), status: 'ready', lease_owner: null, lease_expires_at: null, retries, updated_at: this.at } : null;
+    return this._answer({ kind: 'run_write', before: null, after });
+  }
+
+  /** The TypeScript package's summary from the machine's. */
+  summary(s) {
+    const errors = this.errors.length > 0 ? this.errors : s.errors.map((e) => ({ id: e.runId, error: this.thrown.get(e.runId) ?? e.error }));
+    return { deadInstanceIds: s.deadInstanceIds, reclaimedCount: s.reclaimedCount, reclaimedIds: s.reclaimedIds, errors };
+  }
+}
+
+function isLivenessStore(store) {
+  return store !== null && typeof store === 'object' && missingMethods(store, LIVENESS_STORE_METHODS).length === 0;
+}
+
+/**
+ * The proactive dead-instance reclaimer. `reclaimDeadInstanceRuns({maxReclaimsPerCycle =
+ * 200})` → `{deadInstanceIds, reclaimedCount, reclaimedIds, errors: [{id, error}]}`.
+ *
+ * * `new LivenessReclaimer({heart, ttlMs = 90000})` (or `{store, ttlMs, maxRetries?}` with a
+ *   lease store, which makes a private fleet): the instances and runs of the heart's store.
+ *   Unlike the reference, every recovery counts toward the retry ceiling, leaves a receipt
+ *   and can quarantine (fix 3; the summary's non-enumerable `quarantinedIds`), and instances
+ *   declared dead earlier are still swept.
+ * * `new LivenessReclaimer({store, ttlMs = 90000, heart?, storeTimeoutMs?})` with a
+ *   LivenessStore (`now`, `liveInstances`, `markInstancesDead`, `runsOwnedBy`, `reclaimRun`):
+ *   the TypeScript package's pass over that store, plus the retry count (`reclaimRun` gets
+ *   `retries + 1`) and, with a `heart`, a `reclaimed` receipt and the `reclaims` counter per
+ *   recovered run. reclaimRun can only return a run to `ready`, so this form never
+ *   quarantines (there is no `maxRetries`), and like the reference it only finds runs of
+ *   instances that liveInstances still lists (the TTL sweep recovers the rest). Every store
+ *   call is bounded by `storeTimeoutMs` (the heart's, else 30000).
  */
 class LivenessReclaimer {
   constructor(options) {
     if (options === null || typeof options !== 'object') throw typeError('LivenessReclaimer: options {heart} or {store} required');
     const o = optsOf('LivenessReclaimer options', options);
+    this.ttlMs = optInt('ttlMs', o.ttlMs, 0, Number.MAX_SAFE_INTEGER, DEFAULT_LIVENESS_TTL_MS);
+    if (o.heart !== undefined && !(o.heart instanceof HeartFleet)) throw typeError('LivenessReclaimer: heart must be a HeartFleet');
+    if (isLivenessStore(o.store)) {
+      if (o.maxRetries !== undefined) throw typeError('LivenessReclaimer: maxRetries cannot apply to a LivenessStore (its reclaimRun cannot quarantine)');
+      if (o.heart !== undefined && o.storeTimeoutMs !== undefined) throw typeError("LivenessReclaimer: storeTimeoutMs is the heart's (set it on the HeartFleet)");
+      Object.defineProperty(this, 'heart', { value: o.heart ?? null });
+      Object.defineProperty(this, '_liveness', { value: o.store });
+      // Without a heart, each pass runs on a private fleet whose receipts nobody reads.
+      this._fleetOptions = { storeTimeoutMs: o.storeTimeoutMs };
+      return;
+    }
+    if (o.store !== undefined && storeKind(o.store) === null) {
+      throw typeError(
+        `LivenessReclaimer: store must be a LivenessStore (${LIVENESS_STORE_METHODS.join(', ')}) or a lease store ` +
+          `(a MemoryLeaseStore, execute(request), or getRun, conditionalUpdate, findExpiredLeases, now); ` +
+          (o.store !== null && typeof o.store === 'object'
+            ? `this object lacks ${missingMethods(o.store, LIVENESS_STORE_METHODS).join(', ')} of the LivenessStore, and as a lease store ${leaseStoreGap(o.store)}`
+            : `got ${describe(o.store)}`),
+      );
+    }
     let heart = o.heart;
     if (heart === undefined) {
       if (o.store === undefined) throw typeError('LivenessReclaimer: {heart} or {store} required');
-      heart = new HeartFleet({ store: o.store, maxRetries: o.maxRetries });
+      heart = new HeartFleet({ store: o.store, maxRetries: o.maxRetries, storeTimeoutMs: o.storeTimeoutMs });
     }
-    if (!(heart instanceof HeartFleet)) throw typeError('LivenessReclaimer: heart must be a HeartFleet');
     Object.defineProperty(this, 'heart', { value: heart });
-    this.ttlMs = optInt('ttlMs', o.ttlMs, 0, Number.MAX_SAFE_INTEGER, DEFAULT_LIVENESS_TTL_MS);
   }
 
   async reclaimDeadInstanceRuns(options) {
     const o = optsOf('reclaimDeadInstanceRuns options', options);
-    return this.heart.reclaimDeadInstanceRuns({ ttlMs: this.ttlMs, maxReclaimsPerCycle: o.maxReclaimsPerCycle ?? o.limit });
+    const maxReclaimsPerCycle = o.maxReclaimsPerCycle ?? o.limit;
+    if (!this._liveness) {
+      const s = await this.heart.reclaimDeadInstanceRuns({ ttlMs: this.ttlMs, maxReclaimsPerCycle });
+      // The TypeScript package's reclaimer names a run's error entry `id`.
+      s.errors = s.errors.map((e) => ({ id: e.runId, error: e.error }));
+      return s;
+    }
+    const limit = optInt('maxReclaimsPerCycle', maxReclaimsPerCycle, 0, 2 ** 32 - 1, 200);
+    const pass = new LivenessPass(this._liveness, this.ttlMs);
+    const fleet = this.heart ?? new HeartFleet({ store: pass, maxRetries: null, ...this._fleetOptions });
+    const summary = await drive(fleet, 'liveness', { ttlMs: this.ttlMs, limit }, undefined, () => pass);
+    return pass.summary(summary);
+  }
+
+  _instances(what) {
+    if (!this._liveness) return null;
+    return Promise.reject(typeError(`LivenessReclaimer.${what}: a reclaimer over a LivenessStore has no instance table of its own; use your store's`));
   }
 
   registerInstance(instanceId, options) {
-    return this.heart.registerInstance(instanceId, options);
+    return this._instances('registerInstance') ?? this.heart.registerInstance(instanceId, options);
   }
 
   heartbeat(instanceId) {
-    return this.heart.heartbeatInstance(instanceId);
+    return this._instances('heartbeat') ?? this.heart.heartbeatInstance(instanceId);
   }
 
   drainInstance(instanceId) {
-    return this.heart.drainInstance(instanceId);
+    return this._instances('drainInstance') ?? this.heart.drainInstance(instanceId);
   }
 }
 
@@ -98,4 +261,5 @@ module.exports = {
   deadInstanceIds,
   runsLeasedToDeadInstances,
   LivenessReclaimer,
+  LIVENESS_STORE_METHODS,
 };

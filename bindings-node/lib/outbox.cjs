@@ -1,53 +1,194 @@
 'use strict';
 // The durable effect ledger (effect_intents + outbox_dispatch_log), sendOnce and the
-// reconciler, all over the heart's store through the core's machines.
+// reconciler, through the core's machines: over the heart's store (`{heart}`, `{store}`),
+// or over an injected supabase-js-like client (`{client}`, the reference's form).
+//
+// The `{client}` form keeps an internal SupabaseLeaseStore over the client for the two
+// tables; one operation's intent and log requests go to it, every other request (the fence
+// check, the run a dispatch is conditioned on) to the heart's store, whatever it is. What a
+// REST client cannot guarantee, unlike the SQL stores (see lib/supabase-store.cjs):
+//  * each transition is a read plus a conditional write (compare-and-set on the columns the
+//    decision read, re-decided when the row changed), not one statement;
+//  * the clock is the worker's: the ledger's `now` (default the wall clock) stamps the rows
+//    and decides which dispatches are stale; `findStaleDispatched(nowIso)` and
+//    `reconcileOutbox({now})` may pass their own instant, as in the reference;
+//  * mark-dispatched's condition that the run is still held by the live token is checked on
+//    the run read from the heart's store (at that store's clock) just before the write, not
+//    atomically with it: a takeover in the moment between that read and the write goes
+//    unseen, and the old holder's dispatch goes ahead;
+//  * a dispatch-log entry is a second insert after the transition, best-effort as in the
+//    reference (a failed insert never fails the transition).
 
 const native = require('./native.cjs');
-const { HeartFleet, drive, driveStep, runRequest, checkStore } = require('./fleet.cjs');
+const { HeartFleet, drive, driveStep, storeCall, bounded, checkStore } = require('./fleet.cjs');
 const { MemoryLeaseStore } = require('./memory-store.cjs');
-const { typeError, codedError, str, optInt, opts: optsOf, fence: fenceOf, describe, rethrowNative, withExtras } = require('./util.cjs');
+const { SupabaseLeaseStore, RUN_SOURCE } = require('./supabase-store.cjs');
+const {
+  typeError,
+  codedError,
+  str,
+  int,
+  optInt,
+  isoOf,
+  msOf,
+  messageOf,
+  opts: optsOf,
+  fence: fenceOf,
+  describe,
+  rethrowNative,
+  withExtras,
+} = require('./util.cjs');
 const { toCoreJson } = require('./canonical.cjs');
 
 const CHANNELS = Object.freeze(['telegram', 'farcaster', 'mail', 'onchain', 'internal']);
 const U32 = 2 ** 32 - 1;
+/** The store requests of the two ledger tables (routed to a `{client}` ledger's store). */
+const LEDGER_OPS = new Set(['claim_intent', 'update_intent', 'scan_intents', 'read_log']);
+const CLIENT_OPTIONS = ['client', 'intentsTable', 'logTable', 'now'];
 
-function request(kind, args) {
+function channelOf(v) {
+  if (typeof v !== 'string' || !CHANNELS.includes(v)) throw typeError(`channel must be one of ${CHANNELS.join(', ')}, got ${describe(v)}`);
+  return v;
+}
+
+function textOf(name, v) {
+  if (typeof v !== 'string') throw typeError(`${name} must be a string, got ${describe(v)}`);
+  return v;
+}
+
+/** The request language's literals. */
+const text = (value) => ({ type: 'text', value });
+const assign = (col, val) => [col, { val }];
+const stateIs = (state) => ({ eq: ['state', text(state)] });
+const NULL = { type: 'null' };
+
+/** At most `units` UTF-16 code units (the reference's `slice`), never half a surrogate pair. */
+function cut(s, units) {
+  const head = s.slice(0, units);
+  return /[\uD800-\uDBFF]$/.test(head) ? head.slice(0, -1) : head;
+}
+
+function storeRequest(kind, args) {
   try {
-    return native.storeRequest(kind, JSON.stringify(args));
+    return JSON.parse(native.storeRequest(kind, JSON.stringify(args)));
   } catch (e) {
     return rethrowNative(e);
   }
 }
 
-async function reply(store, kind, args, want) {
-  let answer;
-  try {
-    answer = await runRequest(store, request(kind, args));
-  } catch (e) {
-    if (e && e.code === 'store-unavailable') throw e;
-    throw codedError('store-unavailable', `store failed at ${kind}: ${e && e.message}`);
-  }
-  const r = answer && answer.reply;
-  if (!r || r.kind !== want) throw codedError('store-protocol', `${kind}: the store answered ${JSON.stringify(r)}`);
-  return r;
+/** A failed ledger call as the reference words it (`<method> failed: <message>`), coded. */
+function failure(method, e) {
+  const code = e && e.code === 'store-protocol' ? 'store-protocol' : 'store-unavailable';
+  const message = e && typeof e.pgMessage === 'string' ? e.pgMessage : messageOf(e);
+  return codedError(code, `${method} failed: ${message}`);
 }
 
 /**
- * The durable effect ledger: the `effect_intents` table of a store (claim = insert unless
- * present) and its `outbox_dispatch_log`. `new DurableEffectLedger({heart})` uses the
- * heart's store and reports effect receipts and counters to it; `{store}` alone works too
- * (receipts then go to a private fleet).
+ * The answer of one store call (`call()` → a StoreAnswer, its JSON text, or a Promise of
+ * either), waited for at most `heart`'s storeTimeoutMs.
+ */
+async function answerOf(method, call, want, heart) {
+  let answer;
+  try {
+    answer = await bounded(Promise.resolve(call()), heart._storeTimeoutMs);
+    if (typeof answer === 'string') answer = JSON.parse(answer);
+  } catch (e) {
+    throw failure(method, e);
+  }
+  const r = answer && answer.reply;
+  if (!r || r.kind !== want || !Number.isFinite(Date.parse(answer.now))) {
+    throw codedError('store-protocol', `${method}: the store answered ${JSON.stringify(answer)}`);
+  }
+  return answer;
+}
+
+/**
+ * Where a dispatch's run is read: the heart's own store, as the driving loop calls it
+ * (`{run, now}`: the row or null, and that store's clock in milliseconds).
+ */
+function runsOf(heart) {
+  return async (runId) => {
+    const a = await answerOf('read the run', () => storeCall(heart, JSON.stringify({ op: 'read_run', run_id: runId })), 'run', heart);
+    return { run: a.reply.run, now: Date.parse(a.now) };
+  };
+}
+
+/** Routes one operation's ledger requests to `view` (driveStep's `storeFor`). */
+function routeTo(view) {
+  return (req) => (LEDGER_OPS.has(req.op) ? view : null);
+}
+
+/**
+ * The durable effect ledger: the `effect_intents` table (claim = insert unless present) and
+ * its `outbox_dispatch_log`.
+ *
+ * * `new DurableEffectLedger({client, intentsTable?, logTable?, now?})` (the reference's
+ *   form): over a supabase-js-like client (`from(table)` with insert / update / select, eq /
+ *   in / lt, limit, maybeSingle; an error 23505 is the duplicate). Tables default to
+ *   `effect_intents` and `outbox_dispatch_log`, `now` (a Date or milliseconds) to the wall
+ *   clock. `sendOnce` and `reconcileOutbox` over it work with a heart over any store.
+ * * `new DurableEffectLedger({heart})`: the heart's store's tables; effect receipts and
+ *   counters go to the heart. `{store}` alone works too (receipts then go to a private fleet).
+ *
+ * The reference's single transitions (`claimIntent`, `markDispatched`, `markCommitted`,
+ * `findStaleDispatched`, `reopen`, `noteUnresolved`, `abandon`, `logAttempt`) are there for
+ * code that drives the protocol by hand; they are unfenced, as in the reference, while
+ * `sendOnce` is the fenced protocol. A store or client failure throws `<method> failed:
+ * <message>` (code `store-unavailable`); a transition that did not happen logs nothing.
  */
 class DurableEffectLedger {
   constructor(options) {
     const o = optsOf('DurableEffectLedger options', options);
+    if (o.client !== undefined) {
+      clientForm(this, o);
+      return;
+    }
     if (o.heart !== undefined && !(o.heart instanceof HeartFleet)) throw typeError('DurableEffectLedger: heart must be a HeartFleet');
     const heart = o.heart ?? (o.store !== undefined ? new HeartFleet({ store: o.store }) : null);
-    if (!heart) throw typeError('DurableEffectLedger: {heart} or {store} required');
+    if (!heart) throw typeError('DurableEffectLedger: {client}, {heart} or {store} required');
     if (o.store !== undefined && o.store !== heart.store) throw typeError('DurableEffectLedger: store must be the heart\'s store');
     checkStore(heart.store);
     Object.defineProperty(this, 'heart', { value: heart });
     Object.defineProperty(this, 'store', { value: heart.store, enumerable: true });
+  }
+
+  /**
+   * The `{client}` form's store for one operation: the ledger's tables and clock (or `now`),
+   * the run of a dispatch read through `runs`.
+   */
+  _view({ now, runs } = {}) {
+    return new SupabaseLeaseStore({ client: this._client, tables: this._tables, now: now ?? this._now, [RUN_SOURCE]: runs });
+  }
+
+  /** One request on the ledger's tables: on `view` when given, else on the ledger's store. */
+  async _call(method, request, want, view) {
+    const call = view ? () => view.execute(request) : () => storeCall(this.heart, JSON.stringify(request));
+    return (await answerOf(method, call, want, this.heart)).reply;
+  }
+
+  /** One conditional transition of an intent; true when it happened. */
+  async _transition(method, runId, effectKey, when, set, log) {
+    const run_id = str('runId', runId);
+    const effect_key = str('effectKey', effectKey);
+    const entry = log ? { run_id, effect_key, attempt: log[0], outcome: log[1], at: null, detail: log[2] } : null;
+    const r = await this._call(method, { op: 'update_intent', run_id, effect_key, when, set, log: entry }, 'intent');
+    return r.intent !== null;
+  }
+
+  /**
+   * `claimIntent({runId, effectKey, channel, payloadDigest})` → true when this call inserted
+   * the intent; false when it exists (a duplicate, logged `deduped`).
+   */
+  async claimIntent(input) {
+    const i = optsOf('claimIntent input', input);
+    const request = {
+      op: 'claim_intent',
+      run_id: str('runId', i.runId),
+      effect_key: str('effectKey', i.effectKey),
+      channel: channelOf(i.channel),
+      payload_digest: textOf('payloadDigest', i.payloadDigest),
+    };
+    return (await this._call('claimIntent', request, 'claim')).claimed;
   }
 
   /**
@@ -59,28 +200,142 @@ class DurableEffectLedger {
   }
 
   /**
-   * Dispatched intents whose fence expired by the store's clock, oldest first (the
-   * reference's `findStaleDispatched(nowIso, limit = 50)`; the store's clock replaces
-   * `nowIso`, which is accepted and ignored).
+   * `markDispatched({runId, effectKey, fenceOwner, fenceExpiresAt})`: intent → dispatched
+   * with the fence recorded; true when it happened (the intent was in state `intent`).
+   */
+  async markDispatched(input) {
+    const i = optsOf('markDispatched input', input);
+    const set = [
+      assign('state', text('dispatched')),
+      assign('fence_owner', text(str('fenceOwner', i.fenceOwner))),
+      assign('fence_expires_at', { type: 'time', value: isoOf('fenceExpiresAt', i.fenceExpiresAt) }),
+    ];
+    return this._transition('markDispatched', i.runId, i.effectKey, stateIs('intent'), set);
+  }
+
+  /**
+   * `markCommitted({runId, effectKey, externalRef})`: dispatched → committed with the
+   * evidence, in one write, logged `sent`; true when it happened.
+   */
+  async markCommitted(input) {
+    const i = optsOf('markCommitted input', input);
+    const evidence = JSON.parse(toCoreJson(i.externalRef, 'externalRef'));
+    const set = [assign('state', text('committed')), assign('external_ref', { type: 'json', value: evidence }), ['committed_at', 'now']];
+    return this._transition('markCommitted', i.runId, i.effectKey, stateIs('dispatched'), set, [1, 'sent', evidence]);
+  }
+
+  /**
+   * Dispatched intents whose fence expired (`<= now`), oldest first, at most `limit` (50).
+   * The `{client}` form decides at `nowIso` when given (else its clock), as the reference;
+   * a store ledger decides by the store's clock and ignores `nowIso`.
    */
   async findStaleDispatched(nowIso, limit) {
-    const n = typeof nowIso === 'number' && limit === undefined ? nowIso : limit;
-    const r = await reply(this.store, 'staleIntents', { limit: optInt('limit', n, 0, U32, 50) }, 'intents');
-    return r.intents;
+    const limitOnly = typeof nowIso === 'number' && limit === undefined;
+    const request = storeRequest('staleIntents', { limit: optInt('limit', limitOnly ? nowIso : limit, 0, U32, 50) });
+    let view = null;
+    if (this._client && !limitOnly && nowIso !== undefined && nowIso !== null) {
+      const at = msOf('nowIso', nowIso);
+      view = this._view({ now: () => at });
+    }
+    return (await this._call('findStaleDispatched', request, 'intents', view)).intents;
+  }
+
+  /**
+   * `reopen(runId, effectKey, lastError)`: dispatched → intent (proved not sent), the fence
+   * cleared; logged `reconciled` only when it happened. The current holder of the run may
+   * then dispatch it again through `sendOnce`.
+   */
+  async reopen(runId, effectKey, lastError) {
+    const set = [
+      assign('state', text('intent')),
+      assign('fence_owner', NULL),
+      assign('fence_expires_at', NULL),
+      assign('fence_epoch', NULL),
+      assign('last_error', text(cut(textOf('lastError', lastError), 500))),
+    ];
+    await this._transition('reopen', runId, effectKey, stateIs('dispatched'), set, [0, 'reconciled', { reopened: true }]);
+  }
+
+  /**
+   * `noteUnresolved(runId, effectKey, currentAttempts)`: records one undecided reconcile
+   * pass on a dispatched intent (`attempts = current + 1`); returns that count.
+   */
+  async noteUnresolved(runId, effectKey, currentAttempts) {
+    const current = Number.isFinite(currentAttempts) ? int('currentAttempts', currentAttempts, 0, Number.MAX_SAFE_INTEGER - 1) : 0;
+    const next = current + 1;
+    await this._transition('noteUnresolved', runId, effectKey, stateIs('dispatched'), [assign('attempts', { type: 'int', value: next })]);
+    return next;
+  }
+
+  /**
+   * `abandon(runId, effectKey, reason)`: intent or dispatched → abandoned (terminal, never
+   * resent); logged `abandoned` only when it happened.
+   */
+  async abandon(runId, effectKey, reason) {
+    const why = textOf('reason', reason);
+    const when = { in: ['state', [text('intent'), text('dispatched')]] };
+    const set = [assign('state', text('abandoned')), assign('last_error', text(cut(why, 500)))];
+    await this._transition('abandon', runId, effectKey, when, set, [0, 'abandoned', { reason: cut(why, 120) }]);
+  }
+
+  /**
+   * `logAttempt(runId, effectKey, attempt, outcome, detail?)`: appends a dispatch-log entry
+   * by hand, best-effort (never throws for a client failure), as in the reference. Only the
+   * `{client}` form: a store ledger logs with the transitions it records.
+   */
+  async logAttempt(runId, effectKey, attempt, outcome, detail) {
+    if (!this._client) throw codedError('invalid-state', 'logAttempt: a store ledger writes its dispatch log with the transitions it records');
+    const entry = {
+      run_id: str('runId', runId),
+      effect_key: str('effectKey', effectKey),
+      attempt: int('attempt', attempt, 0, Number.MAX_SAFE_INTEGER),
+      outcome: str('outcome', outcome),
+      detail: detail === undefined ? null : JSON.parse(toCoreJson(detail, 'detail')),
+    };
+    let at;
+    try {
+      at = new Date(this.store._clock()).toISOString();
+    } catch {
+      return; // a broken clock fails the log entry only
+    }
+    await this.store._log({ ...entry, at });
   }
 
   /** The dispatch log entries of one effect, oldest first. */
   async dispatchLog(runId, effectKey) {
-    const r = await reply(this.store, 'readLog', { runId: str('runId', runId), effectKey: str('effectKey', effectKey) }, 'log');
-    return r.entries;
+    const request = storeRequest('readLog', { runId: str('runId', runId), effectKey: str('effectKey', effectKey) });
+    return (await this._call('dispatchLog', request, 'log')).entries;
   }
+}
+
+/** The `{client}` form's state: the client, its tables and clock, a store over them. */
+function clientForm(ledger, o) {
+  const unknown = Object.keys(o).filter((k) => !CLIENT_OPTIONS.includes(k));
+  if (unknown.length > 0) throw typeError(`DurableEffectLedger: unknown option ${unknown[0]} with {client} (options: ${CLIENT_OPTIONS.join(', ')})`);
+  const { client, intentsTable = 'effect_intents', logTable = 'outbox_dispatch_log', now } = o;
+  if (client === null || typeof client !== 'object' || typeof client.from !== 'function') {
+    throw typeError(`DurableEffectLedger: client must be a supabase-js client (with from()), got ${describe(client)}`);
+  }
+  for (const [name, v] of [['intentsTable', intentsTable], ['logTable', logTable]]) {
+    if (typeof v !== 'string' || v === '') throw typeError(`DurableEffectLedger: ${name} must be a non-empty string, got ${describe(v)}`);
+  }
+  if (now !== undefined && typeof now !== 'function') throw typeError(`DurableEffectLedger: now must be a function returning a Date, got ${describe(now)}`);
+  const hidden = (k, value) => Object.defineProperty(ledger, k, { value });
+  hidden('_client', client);
+  hidden('_tables', { intents: intentsTable, log: logTable });
+  hidden('_now', now);
+  const store = ledger._view();
+  // A private fleet over the ledger's store drives recordOnce and a reconcile without a heart.
+  hidden('heart', new HeartFleet({ store }));
+  Object.defineProperty(ledger, 'store', { value: store, enumerable: true });
 }
 
 function checkDurable(heart, ledger) {
   if (!(ledger instanceof DurableEffectLedger)) {
     throw typeError(`the ledger must be a DurableEffectLedger, got ${describe(ledger)}`);
   }
-  if (ledger.store !== heart.store) throw typeError('the ledger must be over the heart\'s store');
+  // A {client} ledger works with a heart over any store; the others share the heart's store.
+  if (!ledger._client && ledger.store !== heart.store) throw typeError('the ledger must be over the heart\'s store');
 }
 
 /**
@@ -99,9 +354,7 @@ async function sendOnce(heart, ledger, options) {
   if (options === null || typeof options !== 'object') throw typeError('sendOnce: options required');
   const { channel, effectKey, payload, send, toExternalRef } = options;
   const f = fenceOf('fence', options.fence);
-  if (typeof channel !== 'string' || !CHANNELS.includes(channel)) {
-    throw typeError(`channel must be one of ${CHANNELS.join(', ')}, got ${describe(channel)}`);
-  }
+  channelOf(channel);
   str('effectKey', effectKey);
   if (typeof send !== 'function') throw typeError('sendOnce: send must be a function');
   if (toExternalRef !== undefined && typeof toExternalRef !== 'function') throw typeError('sendOnce: toExternalRef must be a function');
@@ -111,13 +364,16 @@ async function sendOnce(heart, ledger, options) {
     '{"fence":' + JSON.stringify(f) + ',"channel":' + JSON.stringify(channel) + ',"effectKey":' + JSON.stringify(effectKey) +
     ',"payload":' + payloadText + '}';
   let result;
-  const step = await driveStep(heart, 'sendOnce', args, {
+  const host = {
     effect: async (key, epoch) => {
       result = await send({ epoch, effectKey: key });
       const evidence = toExternalRef ? toExternalRef(result) : result;
       return toCoreJson(evidence === undefined ? null : evidence, 'externalRef');
     },
-  });
+  };
+  // A {client} ledger's requests go to its tables; the fence and the run to the heart's store.
+  const storeFor = ledger._client ? routeTo(ledger._view({ runs: runsOf(heart) })) : undefined;
+  const step = await driveStep(heart, 'sendOnce', args, host, storeFor);
   if (step.error) throw codedError(step.error.code, step.error.message);
   const r = step.ok;
   // The reference's fields; ours are non-enumerable.
@@ -137,28 +393,34 @@ function verdictOf(v) {
 }
 
 /**
- * `reconcileOutbox(ledger, {probes, maxAttempts = 5, limit = 50})`: for each dispatched
- * intent whose fence expired, ask `probes[channel](intent)`: `{status:"sent", externalRef}`
- * commits the evidence, `{status:"not-sent"}` reopens it for the run's holder,
+ * `reconcileOutbox(ledger, {probes, maxAttempts = 5, limit = 50, now?, heart?})`: for each
+ * dispatched intent whose fence expired, ask `probes[channel](intent)`: `{status:"sent",
+ * externalRef}` commits the evidence, `{status:"not-sent"}` reopens it for the run's holder,
  * `{status:"unknown"}` (or no probe) leaves it and abandons it past `maxAttempts`. Returns
  * `{scanned, committed, reopened, abandoned, left, errors}` counting only writes that
- * happened. (The reference's `now` option is ignored: the store's clock decides.)
+ * happened. Over a `{client}` ledger the clock is `now` when given (else the ledger's), as
+ * in the reference; a store ledger's store decides and `now` is ignored. Receipts and
+ * counters go to `heart` (default: the ledger's).
  */
 async function reconcileOutbox(ledger, options) {
   if (!(ledger instanceof DurableEffectLedger)) throw typeError('reconcileOutbox: ledger must be a DurableEffectLedger');
   const o = optsOf('reconcileOutbox options', options);
   const probes = optsOf('probes', o.probes);
   const heart = o.heart === undefined ? ledger.heart : o.heart;
-  if (!(heart instanceof HeartFleet) || heart.store !== ledger.store) throw typeError('reconcileOutbox: heart must be a HeartFleet over the ledger\'s store');
+  if (!(heart instanceof HeartFleet) || (!ledger._client && heart.store !== ledger.store)) {
+    throw typeError('reconcileOutbox: heart must be a HeartFleet over the ledger\'s store');
+  }
+  if (o.now !== undefined && typeof o.now !== 'function') throw typeError(`reconcileOutbox: now must be a function returning a Date, got ${describe(o.now)}`);
   const maxAttempts = optInt('maxAttempts', o.maxAttempts, 0, Number.MAX_SAFE_INTEGER, 5);
   const limit = optInt('limit', o.limit, 0, U32, 50);
-  return drive(heart, 'reconcile', { maxAttempts, limit }, {
+  const host = {
     probe: async (intent) => {
       const p = probeOf(probes, intent.channel);
       if (!p) return { status: 'unknown' };
       return verdictOf(await p(intent));
     },
-  });
+  };
+  return drive(heart, 'reconcile', { maxAttempts, limit }, host, ledger._client ? routeTo(ledger._view({ now: o.now })) : undefined);
 }
 
 module.exports = { DurableEffectLedger, sendOnce, reconcileOutbox, CHANNELS, MemoryLeaseStore };

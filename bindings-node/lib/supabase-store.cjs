@@ -5,6 +5,11 @@
 // decides with the core's own evaluator (native.simulateRequest) on the rows it read, and
 // writes the result back with a compare-and-set on every column the decision read.
 //
+// The effect_intents and outbox_dispatch_log requests use only the reference ledger's query
+// vocabulary (insert/update/select, eq/in/lt, limit, maybeSingle; an error 23505 is the
+// duplicate claim), so a ledger over any client the reference's DurableEffectLedger accepts
+// works here too (lib/outbox.cjs builds its `{client}` form on this store).
+//
 // What it cannot guarantee, unlike PgLeaseStore (which runs one statement per request with
 // the database's clock):
 //  * The clock is the worker's (Date.now(), or the `now` option). Workers whose clocks are
@@ -12,16 +17,25 @@
 //    live by its holder's clock. Keep clocks synchronized (NTP) and leases long relative to
 //    the skew.
 //  * A request is a read followed by a conditional write, not one statement: the write is
-//    refused when the row changed since the read (compare-and-set on status, owner, expiry,
-//    retries, epoch and updated_at), and the request is re-decided, at most `casRetries`
-//    times; then it fails with store-unavailable. Exclusion holds; progress under heavy
-//    contention may need retries.
+//    refused when the row changed since the read (compare-and-set on the columns the
+//    decision read: status, owner, expiry, retries, epoch and updated_at for a run), and the
+//    request is re-decided, at most `casRetries` times; then it fails with store-unavailable.
+//    Exclusion holds; progress under heavy contention may need retries.
 //  * Conditions across tables (an intent's run still held by a token, a run's owner being a
 //    dead instance) are checked on rows read moments apart, not atomically with the write.
-//  * A dispatch-log entry is a second insert after the intent write, not part of it; a crash
-//    between the two leaves the intent written and the log entry missing.
+//    The run of a dispatch may live in another store (the heart's): it is read there, and
+//    whether the token still holds it is decided at that store's clock.
+//  * A dispatch-log entry is a second insert after the intent write, not part of it, and is
+//    best-effort as in the reference (a failed log insert never fails the transition it
+//    records): a crash or an error between the two leaves the intent written and the entry
+//    missing.
 //  * Scans read every candidate row (paged, `pageSize` rows per request) and filter, order and
-//    limit in the worker; fine for operational tables, slow for huge ones.
+//    limit in the worker; fine for operational tables, slow for huge ones. The stale-dispatch
+//    scan is the reference ledger's one query (state = dispatched, fence_expires_at before
+//    now + 1 ms, its limit; ordered by expiry when the client can order): a dispatched intent
+//    without a fence expiry, which no code path writes, is not found.
+//  * Columns the intents table lacks (a database with only the reference's schema, without
+//    `fence_epoch`) are not written: the epoch is then not recorded on the intent.
 //  * Errors are errors: a PostgREST or network error fails the request (store-unavailable),
 //    never reads as "not found" or a collision (the reference adapter's hole).
 
@@ -37,14 +51,22 @@ const { typeError, rethrowNative, describe } = require('./util.cjs');
 const { executeRequest, mentions } = require('./store-request.cjs');
 
 const RUN_CAS = ['status', 'lease_owner', 'lease_expires_at', 'retries', 'fencing_epoch', 'updated_at'];
-const INTENT_CAS = ['state', 'fence_owner', 'fence_expires_at', 'fence_epoch', 'attempts', 'committed_at', 'last_error'];
-const INTENT_WRITABLE = [...INTENT_CAS, 'external_ref', 'channel', 'payload_digest'];
 const INSTANCE_CAS = ['status', 'last_heartbeat'];
+
+/**
+ * Internal option (not part of the public API): `(runId) => Promise<{run, now}>`, where the
+ * run of an intent's cross-table condition is read (`run`: the row or null, `now`: that
+ * store's clock in milliseconds). Default: this store's runs table at this store's clock.
+ */
+const RUN_SOURCE = Symbol('heart-fleet.runSource');
 
 class RestError extends Error {
   constructor(what, error) {
-    super(`supabase ${what}: ${error && (error.message || error.code || JSON.stringify(error))}`);
+    const message = error && (error.message || error.code || JSON.stringify(error));
+    super(`supabase ${what}: ${message}`);
     this.pgCode = error && error.code;
+    // PostgREST's own text, for the reference ledger's `<method> failed: <message>` errors.
+    this.pgMessage = message;
   }
 }
 
@@ -68,6 +90,27 @@ function cas(query, raw, cols) {
   return q;
 }
 
+/** The columns of its own row a condition or an assignment (the core's JSON form) reads. */
+function columnsRead(node, out = new Set()) {
+  if (Array.isArray(node)) {
+    for (const n of node) columnsRead(n, out);
+  } else if (node !== null && typeof node === 'object') {
+    for (const [tag, v] of Object.entries(node)) {
+      if (['eq', 'in', 'at_most', 'older_than', 'starts_with', 'add'].includes(tag)) out.add(v[0]);
+      else if (tag === 'expired_at' || tag === 'live_at') out.add(v);
+      else if (['and', 'or', 'not', 'case'].includes(tag)) columnsRead(v, out);
+      // val, now_plus and the cross-table conditions read no column of this row.
+    }
+  }
+  return out;
+}
+
+/** The columns a top-level `expired_at` condition tests (to bound a scan on the server). */
+function expiring(cond) {
+  const all = cond && Array.isArray(cond.and) ? cond.and : [cond];
+  return all.filter((c) => c && typeof c === 'object' && typeof c.expired_at === 'string').map((c) => c.expired_at);
+}
+
 /** Top-level equality / membership on text columns, to narrow a scan on the server. */
 function coarse(cond, out = []) {
   if (cond && typeof cond === 'object') {
@@ -83,18 +126,36 @@ function coarse(cond, out = []) {
  * deployments that only reach PostgREST. See the caveats at the top of this file and in the
  * README: the worker's clock decides expiry.
  *
+ * `new SupabaseLeaseStore(client, table = 'agent_runs')` (the reference's form), or
  * `new SupabaseLeaseStore({client, now?, tables?, casRetries = 5, pageSize = 1000})`.
  */
 class SupabaseLeaseStore {
-  constructor(options) {
-    if (options === null || typeof options !== 'object') throw typeError('SupabaseLeaseStore: options {client} required');
+  constructor(clientOrOptions, table) {
+    const positional = clientOrOptions !== null && typeof clientOrOptions === 'object' && typeof clientOrOptions.from === 'function';
+    if (!positional && (clientOrOptions === null || typeof clientOrOptions !== 'object')) {
+      throw typeError(`SupabaseLeaseStore: a supabase-js client (with from()) or options {client} required, got ${describe(clientOrOptions)}`);
+    }
+    if (table !== undefined && (!positional || typeof table !== 'string' || table === '')) {
+      throw typeError(
+        positional
+          ? `SupabaseLeaseStore: table must be a non-empty string, got ${describe(table)}`
+          : 'SupabaseLeaseStore: a table name goes with a client: new SupabaseLeaseStore(client, table)',
+      );
+    }
+    const options = positional ? { client: clientOrOptions, tables: { runs: table } } : clientOrOptions;
     const { client, now, tables = {}, casRetries = 5, pageSize = 1000 } = options;
     if (client === null || typeof client !== 'object' || typeof client.from !== 'function') {
       throw typeError(`SupabaseLeaseStore: client must be a supabase-js client (with from()), got ${describe(client)}`);
     }
     if (now !== undefined && typeof now !== 'function') throw typeError('SupabaseLeaseStore: now must be a function returning a Date or milliseconds');
+    if (tables === null || typeof tables !== 'object') throw typeError(`SupabaseLeaseStore: tables must be an object, got ${describe(tables)}`);
+    for (const [k, v] of Object.entries(tables)) {
+      if (v !== undefined && (typeof v !== 'string' || v === '')) throw typeError(`SupabaseLeaseStore: tables.${k} must be a non-empty string, got ${describe(v)}`);
+    }
     if (!Number.isInteger(casRetries) || casRetries < 1 || casRetries > 100) throw typeError('casRetries must be an integer in 1..=100');
     if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 100_000) throw typeError('pageSize must be an integer in 1..=100000');
+    const runSource = options[RUN_SOURCE];
+    if (runSource !== undefined && typeof runSource !== 'function') throw typeError('SupabaseLeaseStore: the run source must be a function');
     this.client = client;
     this._now = now ?? (() => Date.now());
     this.tables = {
@@ -105,6 +166,10 @@ class SupabaseLeaseStore {
     };
     this.casRetries = casRetries;
     this.pageSize = pageSize;
+    this._runSource = runSource ?? (async (runId) => {
+      const at = this._clock();
+      return { run: await this._readRun(runId), now: at };
+    });
   }
 
   _clock() {
@@ -155,7 +220,17 @@ class SupabaseLeaseStore {
 
   /** The store contract: one StoreRequest → its StoreAnswer (lib/store-request.cjs). */
   execute(request) {
-    return executeRequest(this, 'SupabaseLeaseStore', request);
+    let req = request;
+    if (typeof request === 'string') {
+      try {
+        req = JSON.parse(request);
+      } catch {
+        req = request; // executeRequest reports it
+      }
+    }
+    // The stale-dispatch scan keeps the reference ledger's one query (see _scanIntents).
+    if (req !== null && typeof req === 'object' && req.op === 'scan_intents') return this._scanIntents(req);
+    return executeRequest(this, 'SupabaseLeaseStore', req);
   }
 
   /** Every row of `table` that may meet `when` (the coarse filters run on the server). */
@@ -236,13 +311,39 @@ class SupabaseLeaseStore {
     return { now, reply: { kind: 'ensured', run: raced, created: false } };
   }
 
-  async _log(entry) {
-    await this._run(`insert ${this.tables.log}`, this.from('log').insert(entry));
+  /** One effect_intents row as stored (raw database text), or null. */
+  async _readIntent(runId, effectKey) {
+    const rows = await this._run(
+      `read ${this.tables.intents}`,
+      this.from('intents').select('*').eq('run_id', runId).eq('effect_key', effectKey).limit(1),
+    );
+    return rows && rows.length > 0 ? rows[0] : null;
+  }
+
+  /** Dispatched intents whose fence expired, in the reference ledger's query shape. */
+  async _scanIntents(req) {
+    const now = this._clock();
+    let q = this.from('intents').select('*');
+    for (const [op, col, v] of coarse(req.when)) q = q[op](col, v);
+    // `lt now + 1 ms` is `<= now` on millisecond timestamps (the one expiry rule).
+    for (const col of expiring(req.when)) q = q.lt(col, new Date(now + 1).toISOString());
+    if (typeof q.order === 'function') q = q.order('fence_expires_at', { ascending: true });
+    const rows = await this._run(`scan ${this.tables.intents}`, q.limit(req.limit));
+    return this._simulate(req, { intents: rows ?? [] }, now);
+  }
+
+  /** Appends a dispatch-log entry: best-effort, as in the reference (see the top of this file). */
+  async _log({ run_id, effect_key, attempt, outcome, at, detail }) {
+    try {
+      await this.from('log').insert({ run_id, effect_key, attempt, outcome, at, detail: detail ?? null }).select('id').maybeSingle();
+    } catch {
+      // The transition it records already happened; a missing audit entry must not undo that.
+    }
   }
 
   async _claimIntent(req) {
-    const now = new Date(this._clock()).toISOString();
-    const { data, error } = await this.from('intents')
+    const now = this._clock();
+    const { error } = await this.from('intents')
       .insert({
         run_id: req.run_id,
         effect_key: req.effect_key,
@@ -250,50 +351,61 @@ class SupabaseLeaseStore {
         channel: req.channel,
         payload_digest: req.payload_digest,
         attempts: 0,
-        created_at: now,
+        created_at: new Date(now).toISOString(),
       })
-      .select('*')
-      .single();
-    if (!error) {
-      await this._log({ run_id: req.run_id, effect_key: req.effect_key, attempt: 0, outcome: 'claimed', at: now, detail: { channel: req.channel } });
-      return { now, reply: { kind: 'claim', intent: data, claimed: true } };
+      .select('run_id')
+      .maybeSingle();
+    let existing = [];
+    if (error) {
+      if (error.code !== '23505') throw new RestError(`insert ${this.tables.intents}`, error);
+      const row = await this._readIntent(req.run_id, req.effect_key);
+      if (!row) throw new RestError(`insert ${this.tables.intents}`, error);
+      existing = [row];
     }
-    if (error.code !== '23505') throw new RestError(`insert ${this.tables.intents}`, error);
-    const existing = await this._run(
-      `read ${this.tables.intents}`,
-      this.from('intents').select('*').eq('run_id', req.run_id).eq('effect_key', req.effect_key).maybeSingle(),
-    );
-    if (!existing) throw new RestError(`insert ${this.tables.intents}`, error);
-    await this._log({ run_id: req.run_id, effect_key: req.effect_key, attempt: 0, outcome: 'deduped', at: now, detail: null });
-    return { now, reply: { kind: 'claim', intent: existing, claimed: false } };
+    // The core's claim on what the table holds: the row just inserted, or the one that was there.
+    const sim = this._simulate(req, { intents: existing }, now);
+    const { claimed } = sim.reply;
+    await this._log({
+      run_id: req.run_id,
+      effect_key: req.effect_key,
+      attempt: 0,
+      outcome: claimed ? 'claimed' : 'deduped',
+      at: sim.now,
+      detail: claimed ? { channel: req.channel } : null,
+    });
+    return sim;
   }
 
   async _updateIntent(req) {
+    const reads = [...columnsRead(req.set, columnsRead(req.when))];
     for (let attempt = 0; attempt < this.casRetries; attempt += 1) {
-      const now = this._clock();
-      const raw = await this._run(
-        `read ${this.tables.intents}`,
-        this.from('intents').select('*').eq('run_id', req.run_id).eq('effect_key', req.effect_key).maybeSingle(),
-      );
+      let now = this._clock();
+      const raw = await this._readIntent(req.run_id, req.effect_key);
       if (!raw) return { now: new Date(now).toISOString(), reply: { kind: 'intent', intent: null } };
-      const run = mentions(req.when, 'run_held_by') ? await this._readRun(req.run_id) : null;
-      const snapshot = { intents: [raw], runs: run ? [run] : [] };
-      const sim = this._simulate(req, snapshot, now);
+      let runs = [];
+      if (mentions(req.when, 'run_held_by')) {
+        const held = await this._runSource(req.run_id);
+        runs = held.run ? [held.run] : [];
+        now = held.now; // whether the token holds the run is decided by the run's store clock
+      }
+      const sim = this._simulate(req, { intents: [raw], runs }, now);
       const after = sim.reply.intent;
       if (!after) return sim;
-      const before = this._simulate({ op: 'scan_intents', when: 'true', limit: 1 }, { intents: [raw] }, now).reply.intents[0];
-      const patch = diff(before, after, INTENT_WRITABLE);
+      // The columns the request assigns, as the core wrote them, that the table has.
+      const patch = {};
+      for (const [col] of req.set) if (col in raw) patch[col] = after[col] ?? null;
       if (Object.keys(patch).length === 0) patch.state = after.state;
       const written = await this._run(
         `update ${this.tables.intents}`,
-        cas(this.from('intents').update(patch).eq('run_id', req.run_id).eq('effect_key', req.effect_key), raw, INTENT_CAS)
-          .select('*')
+        cas(this.from('intents').update(patch).eq('run_id', req.run_id).eq('effect_key', req.effect_key), raw, reads)
+          .select('run_id')
           .maybeSingle(),
       );
       if (written) {
         if (req.log) await this._log({ ...req.log, at: sim.now });
         return sim;
       }
+      // The row changed since the read: decide again on the new row.
     }
     throw new Error(`supabase: intent ${req.effect_key} kept changing (compare-and-set lost ${this.casRetries} times)`);
   }
@@ -320,4 +432,4 @@ class SupabaseLeaseStore {
   }
 }
 
-module.exports = { SupabaseLeaseStore };
+module.exports = { SupabaseLeaseStore, RUN_SOURCE };
