@@ -1,7 +1,9 @@
-// A pure-JS equivalent of the reference package's lease cycle, for the benchmark only:
-// written here from the behaviour described in heart-fleet-semantics.md §1.7-§2.5 (an async
-// memory store with getRun / conditionalUpdate, acquire, verifyFence, release, receipts
-// with the DreamNet digest, the 13 counters). No lease logic of the package depends on it.
+// A pure-JS equivalent of the reference package's lease cycle (the TypeScript package's
+// acquire, verifyFence and release over its four-method LeaseStore, an async memory store
+// with getRun / conditionalUpdate, receipts with the DreamNet digest, the 13 counters),
+// transcribed from that package's documented behaviour. Used by the benchmark as the
+// baseline and by test/mixed-fleet.test.mjs as an old node sharing a table with ours. No
+// lease logic of the package depends on it.
 
 import { createHash } from 'node:crypto';
 
