@@ -6,7 +6,9 @@
 #
 # What it installs when absent: the rustfmt/clippy components, the wasm32-unknown-unknown
 # target, and a PostgreSQL server from Debian's packages (started here, with a database
-# `heart_test` owned by role `heart`), which the Postgres tests use through DATABASE_URL;
+# `heart_test` owned by role `heart`, TLS on with a self-signed certificate, and Debian's
+# PgBouncer in transaction mode in front of it), which the Postgres tests use through
+# DATABASE_URL, HEART_PG_TLS_CA and HEART_PGBOUNCER_URL;
 # Node and npm (Debian's packages) and the npm packages of bindings-node and
 # host-examples/node; then, through scripts/test-python.sh, maturin (in a tools venv) and
 # the wheel's test dependencies (pytest, psycopg, mypy in a fresh venv); and through
@@ -25,6 +27,12 @@ step "postgresql"
 source scripts/postgres.sh
 ensure_postgres
 echo "DATABASE_URL=$DATABASE_URL"
+# TLS with a self-signed certificate, and a PgBouncer in transaction mode in front of the
+# server: the PostgreSQL suites run directly, over TLS, and through the pooler.
+ensure_postgres_tls
+echo "HEART_PG_TLS_CA=$HEART_PG_TLS_CA"
+ensure_pgbouncer
+echo "HEART_PGBOUNCER_URL=$HEART_PGBOUNCER_URL"
 
 # Before `cargo test`: the canonical-JSON oracle test (host-examples/tests/canonical_oracle.rs)
 # runs the reference algorithm in Node.

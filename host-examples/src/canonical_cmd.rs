@@ -4,9 +4,12 @@
 //!
 //! Blank (whitespace-only) lines are skipped; a trailing `\r` is ignored. The first line
 //! that is not valid JSON (or not UTF-8, or holds a number that overflows a double, such
-//! as `1e400`) stops the command: `line N: MESSAGE` goes to standard error, nothing more
-//! is read, and the exit status is 1. Stopping keeps the output aligned with the input:
-//! output line *k* always belongs to the *k*-th non-blank input line.
+//! as `1e400`) stops the command: `heart-fleet: canonicalize: stdin line N: MESSAGE` (or
+//! `digest`) goes to standard error, nothing more is read, and the exit status is 1.
+//! Stopping keeps the output aligned with the input: output line *k* always belongs to the
+//! *k*-th non-blank input line. Standard input that cannot be read is
+//! `heart-fleet: canonicalize: cannot read stdin: …`, exit 2 (a closed output pipe is not
+//! reported).
 
 use std::io::{self, BufRead, Write};
 
@@ -24,6 +27,14 @@ pub enum Form {
 }
 
 impl Form {
+    /// The command's name.
+    pub fn command(self) -> &'static str {
+        match self {
+            Form::Canonical => "canonicalize",
+            Form::Digest => "digest",
+        }
+    }
+
     fn apply(self, text: &str) -> Result<String, CanonicalError> {
         match self {
             Form::Canonical => canonical::canonicalize_json(text),
@@ -41,15 +52,28 @@ pub struct BadLine {
     pub message: String,
 }
 
+/// An I/O error of `canonicalize` / `digest`, by stream.
+#[derive(Debug)]
+pub enum StreamError {
+    /// Standard input could not be read.
+    Read(io::Error),
+    /// Standard output could not be written.
+    Write(io::Error),
+}
+
 /// Transforms every document of `input` into `out`. `Ok(Err(bad))` when a line is bad
 /// (everything before it was written); `Err` on an I/O error of either stream.
-pub fn transform(form: Form, input: &mut dyn BufRead, out: &mut dyn Write) -> io::Result<Result<u64, BadLine>> {
+pub fn transform(
+    form: Form,
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+) -> Result<Result<u64, BadLine>, StreamError> {
     let mut buf = Vec::new();
     let mut number = 0u64;
     let mut done = 0u64;
     loop {
         buf.clear();
-        if input.read_until(b'\n', &mut buf)? == 0 {
+        if input.read_until(b'\n', &mut buf).map_err(StreamError::Read)? == 0 {
             return Ok(Ok(done));
         }
         number += 1;
@@ -64,8 +88,7 @@ pub fn transform(form: Form, input: &mut dyn BufRead, out: &mut dyn Write) -> io
         };
         match form.apply(text) {
             Ok(s) => {
-                out.write_all(s.as_bytes())?;
-                out.write_all(b"\n")?;
+                out.write_all(s.as_bytes()).and_then(|()| out.write_all(b"\n")).map_err(StreamError::Write)?;
                 done += 1;
             }
             Err(e) => return Ok(Err(BadLine { line: number, message: e.to_string() })),
@@ -75,14 +98,23 @@ pub fn transform(form: Form, input: &mut dyn BufRead, out: &mut dyn Write) -> io
 
 /// The command: exit 0 when every line was transformed, 1 at a bad line, 2 on an I/O error.
 pub fn run(form: Form, input: &mut dyn BufRead, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
-    let result = transform(form, input, out).and_then(|r| out.flush().map(|()| r));
+    let result = transform(form, input, out).and_then(|r| out.flush().map(|()| r).map_err(StreamError::Write));
+    let name = form.command();
     match result {
         Ok(Ok(_)) => Exit::Success,
         Ok(Err(bad)) => {
-            let _ = writeln!(err, "line {}: {}", bad.line, bad.message);
+            let _ = writeln!(err, "heart-fleet: {name}: stdin line {}: {}", bad.line, bad.message);
             Exit::Failure
         }
-        Err(e) => crate::io_failure(err, &e),
+        Err(StreamError::Read(e)) => {
+            let _ = writeln!(err, "heart-fleet: {name}: cannot read stdin: {e}");
+            Exit::Error
+        }
+        Err(StreamError::Write(e)) if e.kind() == io::ErrorKind::BrokenPipe => Exit::Error,
+        Err(StreamError::Write(e)) => {
+            let _ = writeln!(err, "heart-fleet: {name}: cannot write stdout: {e}");
+            Exit::Error
+        }
     }
 }
 
@@ -111,9 +143,50 @@ mod tests {
         assert_eq!(exit, Exit::Failure);
         assert_eq!(out.lines().count(), 1);
         assert!(out.starts_with(canonical::DIGEST_PREFIX));
-        assert_eq!(err, "line 3: Canonical JSON Error: Non-finite number Infinity cannot be serialized.\n");
+        assert_eq!(
+            err,
+            "heart-fleet: digest: stdin line 3: Canonical JSON Error: Non-finite number Infinity cannot be serialized.\n"
+        );
         let (exit, _, err) = go(Form::Canonical, "{\"a\":");
         assert_eq!(exit, Exit::Failure);
-        assert!(err.starts_with("line 1: Canonical JSON Error: invalid JSON"), "{err}");
+        assert!(
+            err.starts_with("heart-fleet: canonicalize: stdin line 1: Canonical JSON Error: invalid JSON"),
+            "{err}"
+        );
+    }
+
+    struct Broken(io::ErrorKind);
+
+    impl io::Read for Broken {
+        fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+            Err(io::Error::new(self.0, "the stream broke"))
+        }
+    }
+
+    impl Write for Broken {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::new(self.0, "the stream broke"))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn stream_errors_are_one_prefixed_line() {
+        let mut input = io::BufReader::new(Broken(io::ErrorKind::Other));
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert_eq!(run(Form::Digest, &mut input, &mut out, &mut err), Exit::Error);
+        assert_eq!(String::from_utf8(err).unwrap(), "heart-fleet: digest: cannot read stdin: the stream broke\n");
+        let mut err = Vec::new();
+        let exit = run(Form::Canonical, &mut "1\n".as_bytes(), &mut Broken(io::ErrorKind::Other), &mut err);
+        assert_eq!(exit, Exit::Error);
+        assert_eq!(
+            String::from_utf8(err).unwrap(),
+            "heart-fleet: canonicalize: cannot write stdout: the stream broke\n"
+        );
+        let mut err = Vec::new();
+        let exit = run(Form::Canonical, &mut "1\n".as_bytes(), &mut Broken(io::ErrorKind::BrokenPipe), &mut err);
+        assert_eq!((exit, err.len()), (Exit::Error, 0), "a closed pipe is not reported");
     }
 }

@@ -9,7 +9,8 @@
 //! a store are in [`crate::commands`], the multi-process simulation in [`crate::procsim`].
 //!
 //! Exit statuses (see [`Exit`]): 0 success, 1 a check failed, 2 the command could not run
-//! (clap also exits with 2 on wrong arguments, after a one-line `error: ...` and usage).
+//! (clap also exits with 2 on wrong arguments, after a one-line `error: ...` and usage), 3 a
+//! `simulate --processes` that ran out of `--max-seconds` before it could be judged.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -46,7 +47,9 @@ pub struct Cli {
 pub struct Global {
     /// The store: sqlite:PATH, sqlite::memory:, or postgres://USER:PASSWORD@HOST:PORT/DATABASE
     /// (libpq parameters allowed, e.g. ?options=-csearch_path%3Dmy_schema) [default: sqlite:heart-fleet.db
-    /// in the current directory, the embedded store, created and migrated on first use]
+    /// in the current directory, the embedded store, created and migrated on first use; except
+    /// for `simulate`, which never uses it: in process it runs on the memory store and refuses
+    /// --store, and with --processes its default is a fresh temporary SQLite file, removed after]
     #[arg(long, global = true, value_name = "URL")]
     pub store: Option<String>,
     /// What runs the lease operations: the native crate, or the WebAssembly component
@@ -92,7 +95,14 @@ pub enum Command {
     /// and a virtual clock (a seed reproduces the run exactly). With --processes N: N real
     /// worker processes against one shared store (--store: a SQLite file or PostgreSQL;
     /// default: a fresh temporary SQLite file), some killed with SIGKILL while they hold a
-    /// lease, the parent running the sweeper and the reconciler.
+    /// lease, the parent running the sweeper and the reconciler; a fleet still unfinished at
+    /// --max-seconds is reported as DID NOT FINISH (exit 3) when no safety count but those
+    /// of its unfinished runs is non-zero.
+    ///
+    /// Both share --runs, --effects, --seed, --ttl, --max-retries, --inject-fault, --json,
+    /// --quiet and --receipts. Each refuses the other's flags (exit 2) rather than ignore
+    /// them: --workers, --crash-rate, --pause-rate, --steps and --sweep-every are the
+    /// in-process fleet's; --kills, --max-seconds and --work-ms the processes'.
     Simulate(SimulateArgs),
     /// Create or upgrade the tables of the store (idempotent; records what it applied in
     /// heart_fleet_migrations).
@@ -150,7 +160,7 @@ pub struct VerifyReceiptsArgs {
 #[derive(Debug, Args)]
 pub struct CanaryArgs {
     /// The lease owner [default: heart-fleet:<hostname>:<pid>]
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = non_empty)]
     pub owner: Option<String>,
     /// Lease length in seconds (the heartbeat renews every max(1 s, ttl/2)).
     #[arg(long = "ttl", value_name = "SECONDS", default_value_t = 60,
@@ -210,14 +220,16 @@ pub enum RunsCommand {
     /// Print one run as JSON (exit 1 if there is none).
     Show {
         /// The run id.
+        #[arg(value_parser = non_empty)]
         id: String,
     },
     /// Put a quarantined run back to ready with retries 0 (receipt `requeued`).
     Requeue {
         /// The run id.
+        #[arg(value_parser = non_empty)]
         id: String,
         /// Who did it (the receipt's owner).
-        #[arg(long, value_name = "NAME")]
+        #[arg(long, value_name = "NAME", value_parser = non_empty)]
         operator: String,
         /// Where the receipt also goes.
         #[command(flatten)]
@@ -227,6 +239,7 @@ pub enum RunsCommand {
     /// token stops working at once.
     ForceRelease {
         /// The run id.
+        #[arg(value_parser = non_empty)]
         id: String,
         /// Where the receipt also goes.
         #[command(flatten)]
@@ -234,13 +247,14 @@ pub enum RunsCommand {
     },
     /// Find or create a ready run by its idempotency key; prints {"created":…,"run":…}.
     Create {
-        /// The idempotency key.
+        /// The idempotency key (not empty).
+        #[arg(value_parser = non_empty)]
         key: String,
         /// What the run is for.
         #[arg(long, default_value = "created with heart-fleet runs create")]
         objective: String,
         /// Who creates it.
-        #[arg(long, value_name = "NAME", default_value = "heart-fleet:cli")]
+        #[arg(long, value_name = "NAME", default_value = "heart-fleet:cli", value_parser = non_empty)]
         created_by: String,
     },
 }
@@ -265,6 +279,7 @@ pub enum InstancesCommand {
     /// Register (or re-register) an instance as alive.
     Register {
         /// The instance id (the lease owner name its worker uses).
+        #[arg(value_parser = non_empty)]
         id: String,
         /// Its host [default: this host]
         #[arg(long)]
@@ -276,11 +291,13 @@ pub enum InstancesCommand {
     /// Record a heartbeat (exit 1 if the instance is unknown or dead).
     Heartbeat {
         /// The instance id.
+        #[arg(value_parser = non_empty)]
         id: String,
     },
     /// Mark an instance draining: live until it goes silent (exit 1 if unknown or dead).
     Drain {
         /// The instance id.
+        #[arg(value_parser = non_empty)]
         id: String,
     },
 }
@@ -315,44 +332,56 @@ pub struct WorkerArgs {
     /// Seed of its choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Retry ceiling [default: unlimited].
+    #[arg(long)]
+    pub max_retries: Option<u32>,
+    /// The store fault of the simulation.
+    #[arg(long, value_enum, default_value_t = Fault::None)]
+    pub inject_fault: Fault,
 }
 
-/// Arguments of `simulate`.
+/// Arguments of `simulate` (which flags each mode uses: see [`Command::Simulate`] and
+/// [`SimulateArgs::foreign_flags`]).
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
-    /// Workers sharing the fleet.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub workers: u32,
+    /// Workers sharing the fleet (in process only: with --processes the fleet is the N
+    /// processes) [default: 4]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub workers: Option<u32>,
     /// Runs to complete.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     pub runs: u32,
-    /// Probability that a worker crashes at a step (0 to 1).
-    #[arg(long, default_value_t = 0.1, value_parser = probability)]
-    pub crash_rate: f64,
-    /// Probability that a worker pauses (freezes, then acts with its old token) at a step.
-    #[arg(long, default_value_t = 0.05, value_parser = probability)]
-    pub pause_rate: f64,
+    /// Probability that a worker crashes at a step, 0 to 1 (in process only: with --processes
+    /// the crashes are --kills K real SIGKILLs) [default: 0.1]
+    #[arg(long, value_name = "P", value_parser = probability)]
+    pub crash_rate: Option<f64>,
+    /// Probability that a worker pauses (freezes, then acts with its old token) at a step, 0
+    /// to 1 (in process only) [default: 0.05]
+    #[arg(long, value_name = "P", value_parser = probability)]
+    pub pause_rate: Option<f64>,
     /// Effects per run (even ones through send-once, odd ones through guard).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=1_000))]
     pub effects: u32,
     /// Seed of the generator: the same seed reproduces the same run.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Steps with faults before recovery is driven to quiescence.
-    #[arg(long, default_value_t = 10_000)]
-    pub steps: u64,
+    /// Steps with faults before recovery is driven to quiescence (in process only: with
+    /// --processes the run is bounded by --max-seconds) [default: 10000]
+    #[arg(long, value_name = "N")]
+    pub steps: Option<u64>,
     /// Lease length in seconds (in process: one step is one second, so a lease must span
     /// two; with --processes it is real time and also the liveness TTL).
     #[arg(long = "ttl", value_name = "SECONDS", default_value_t = 5, value_parser = clap::value_parser!(i64).range(2..=3_600))]
     pub ttl_seconds: i64,
-    /// The sweeper (reclaim, reconcile, requeue) runs every N steps.
-    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1_000))]
-    pub sweep_every: u64,
+    /// The sweeper (reclaim, reconcile, requeue) runs every N steps (in process only: with
+    /// --processes it runs every 250 ms) [default: 3]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    pub sweep_every: Option<u64>,
     /// Retry ceiling; quarantined runs are then requeued by the sweeper [default: unlimited].
     #[arg(long, value_name = "N")]
     pub max_retries: Option<u32>,
     /// Break the store on purpose, to see the safety checks catch it (the run must then
-    /// come out unsafe, exit 1).
+    /// come out unsafe, exit 1); with --processes, in every worker and the sweeper.
     #[arg(long, value_enum, value_name = "FAULT", default_value_t = Fault::None)]
     pub inject_fault: Fault,
     /// Print only the final report, as one JSON object.
@@ -367,15 +396,83 @@ pub struct SimulateArgs {
     /// With --processes: workers to kill with SIGKILL while they hold a lease [default: N]
     #[arg(long, value_name = "K", requires = "processes")]
     pub kills: Option<u32>,
-    /// With --processes: the wall-clock bound of the whole run.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3_600))]
-    pub max_seconds: u64,
-    /// With --processes: work before each effect, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=10_000))]
-    pub work_ms: u64,
+    /// With --processes: the wall-clock bound of the whole run; a fleet that has not finished
+    /// by then is reported as DID NOT FINISH (exit 3) unless a safety count it cannot explain
+    /// is non-zero (UNSAFE, exit 1) [default: 60]
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub max_seconds: Option<u64>,
+    /// With --processes: work before each effect, in milliseconds [default: 60]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub work_ms: Option<u64>,
     /// Where receipts also go.
     #[command(flatten)]
     pub receipts: ReceiptsArg,
+}
+
+/// A name or id: any text but the empty one (the core refuses that as `invalid-input`; a
+/// wrong argument is refused here, before any store is touched).
+fn non_empty(text: &str) -> Result<String, String> {
+    if text.is_empty() { Err("must be a non-empty string".to_owned()) } else { Ok(text.to_owned()) }
+}
+
+/// The default wall-clock bound of `simulate --processes`, in seconds.
+pub const DEFAULT_MAX_SECONDS: u64 = 60;
+/// The default work before each effect of `simulate --processes`, in milliseconds.
+pub const DEFAULT_WORK_MS: u64 = 60;
+
+impl SimulateArgs {
+    /// The flags given that the mode (`processes`: with --processes) does not use, by name.
+    pub fn foreign_flags(&self, processes: bool) -> Vec<(&'static str, &'static str)> {
+        let mut out = Vec::new();
+        if processes {
+            let given = [
+                (self.workers.is_some(), "--workers", "the fleet is the N worker processes of --processes N"),
+                (self.crash_rate.is_some(), "--crash-rate", "its crashes are the --kills K SIGKILLs of real workers"),
+                (self.pause_rate.is_some(), "--pause-rate", "it does not pause its workers"),
+                (self.steps.is_some(), "--steps", "it runs in real time, bounded by --max-seconds"),
+                (self.sweep_every.is_some(), "--sweep-every", "its sweeper runs every 250 ms of real time"),
+            ];
+            out.extend(given.into_iter().filter(|(set, _, _)| *set).map(|(_, flag, why)| (flag, why)));
+        } else {
+            let given = [
+                (self.max_seconds.is_some(), "--max-seconds", "the in-process simulation runs on a virtual clock"),
+                (self.work_ms.is_some(), "--work-ms", "the in-process simulation runs on a virtual clock"),
+            ];
+            out.extend(given.into_iter().filter(|(set, _, _)| *set).map(|(_, flag, why)| (flag, why)));
+        }
+        out
+    }
+
+    /// The in-process simulation's parameters (defaults where a flag is not given).
+    pub fn sim_config(&self) -> SimConfig {
+        let d = SimConfig::default();
+        SimConfig {
+            workers: self.workers.unwrap_or(d.workers),
+            runs: self.runs,
+            crash_rate: self.crash_rate.unwrap_or(d.crash_rate),
+            pause_rate: self.pause_rate.unwrap_or(d.pause_rate),
+            effects: self.effects,
+            seed: self.seed,
+            steps: self.steps.unwrap_or(d.steps),
+            ttl_seconds: self.ttl_seconds,
+            max_retries: self.max_retries,
+            sweep_every: self.sweep_every.unwrap_or(d.sweep_every),
+            fault: self.inject_fault,
+        }
+    }
+}
+
+/// Refuses a flag the simulation mode would not use: one line, exit 2.
+fn refuse_foreign_flags(args: &SimulateArgs, processes: bool, err: &mut dyn Write) -> Result<(), Exit> {
+    match args.foreign_flags(processes).first() {
+        Some((flag, why)) if processes => {
+            Err(commands::fail(err, Exit::Error, format!("simulate: {flag} cannot be used with --processes ({why})")))
+        }
+        Some((flag, why)) => {
+            Err(commands::fail(err, Exit::Error, format!("simulate: {flag} needs --processes ({why})")))
+        }
+        None => Ok(()),
+    }
 }
 
 fn probability(text: &str) -> Result<f64, String> {
@@ -392,7 +489,10 @@ pub fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write, err: &mut dyn
         Command::VerifyReceipts(args) if args.table => commands::verify_table(g, out, err),
         Command::VerifyReceipts(args) => verify_receipts(&args, out, err),
         Command::Simulate(args) => match args.processes {
-            Some(n) => simulate_processes(g, &args, n, out, err),
+            Some(n) => match refuse_foreign_flags(&args, true, err) {
+                Ok(()) => simulate_processes(g, &args, n, out, err),
+                Err(exit) => exit,
+            },
             None if g.store.is_some() => commands::fail(
                 err,
                 Exit::Error,
@@ -468,23 +568,14 @@ pub fn check_receipts(health: Option<&SinkHealth>, path: Option<&Path>, err: &mu
 }
 
 fn simulate_cmd(g: &Global, args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
+    if let Err(exit) = refuse_foreign_flags(args, false, err) {
+        return exit;
+    }
     let engine = match g.prepare_engine() {
         Ok(engine) => engine,
         Err(e) => return commands::fail(err, Exit::Error, e),
     };
-    let cfg = SimConfig {
-        workers: args.workers,
-        runs: args.runs,
-        crash_rate: args.crash_rate,
-        pause_rate: args.pause_rate,
-        effects: args.effects,
-        seed: args.seed,
-        steps: args.steps,
-        ttl_seconds: args.ttl_seconds,
-        max_retries: args.max_retries,
-        sweep_every: args.sweep_every,
-        fault: args.inject_fault,
-    };
+    let cfg = args.sim_config();
     let (sink, health) = match open_receipts(&args.receipts, err) {
         Ok(Some((sink, health))) => (Some(sink), Some(health)),
         Ok(None) => (None, None),
@@ -520,7 +611,7 @@ fn simulate_cmd(g: &Global, args: &SimulateArgs, out: &mut dyn Write, err: &mut 
     if let Err(e) = written.and_then(|()| out.flush()) {
         return crate::io_failure(err, &e);
     }
-    if report.safe { Exit::Success } else { Exit::Failure }
+    report.verdict.exit()
 }
 
 fn simulate_processes(g: &Global, args: &SimulateArgs, n: u32, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
@@ -535,10 +626,12 @@ fn simulate_processes(g: &Global, args: &SimulateArgs, n: u32, out: &mut dyn Wri
         ttl_seconds: args.ttl_seconds,
         kills: args.kills.unwrap_or(n),
         seed: args.seed,
-        max_seconds: args.max_seconds,
-        work_ms: args.work_ms,
+        max_seconds: args.max_seconds.unwrap_or(DEFAULT_MAX_SECONDS),
+        work_ms: args.work_ms.unwrap_or(DEFAULT_WORK_MS),
         effect_ms: 25,
         engine: g.engine,
+        max_retries: args.max_retries,
+        fault: args.inject_fault,
     };
     // The default is a fresh SQLite file of its own, never the embedded store.
     let (url, temp) = match g.store.clone() {
@@ -584,7 +677,7 @@ fn simulate_processes(g: &Global, args: &SimulateArgs, n: u32, out: &mut dyn Wri
     if let Err(e) = written.and_then(|()| out.flush()) {
         return crate::io_failure(err, &e);
     }
-    if report.safe { Exit::Success } else { Exit::Failure }
+    report.verdict.exit()
 }
 
 fn worker(g: &Global, args: &WorkerArgs, err: &mut dyn Write) -> Exit {
@@ -603,6 +696,8 @@ fn worker(g: &Global, args: &WorkerArgs, err: &mut dyn Write) -> Exit {
         deadline_ms: args.deadline_ms,
         seed: args.seed,
         engine: g.engine,
+        max_retries: args.max_retries,
+        fault: args.inject_fault,
     };
     match procsim::run_worker(&url, cfg) {
         Ok(()) => Exit::Success,
@@ -633,8 +728,11 @@ mod tests {
     fn simulate_defaults() {
         let cli = Cli::try_parse_from(["heart-fleet", "simulate"]).unwrap();
         let Command::Simulate(a) = cli.command else { panic!("not simulate") };
-        assert_eq!((a.workers, a.runs, a.effects, a.seed, a.crash_rate), (4, 8, 2, 1, 0.1));
+        let c = a.sim_config();
+        assert_eq!((c.workers, c.runs, c.effects, c.seed, c.crash_rate), (4, 8, 2, 1, 0.1));
+        assert_eq!((c.pause_rate, c.steps, c.sweep_every, c.ttl_seconds), (0.05, 10_000, 3, 5));
         assert!(a.max_retries.is_none() && a.receipts.receipts.is_none());
+        assert!(a.foreign_flags(true).is_empty() && a.foreign_flags(false).is_empty());
         assert!(Cli::try_parse_from(["heart-fleet", "simulate", "--workers", "0"]).is_err());
     }
 }

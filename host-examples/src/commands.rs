@@ -298,7 +298,8 @@ pub fn reclaim(global: &Global, args: &ReclaimArgs, out: &mut dyn Write, err: &m
         Ok(l) => l,
         Err(e) => {
             let _ = s.finish(err);
-            let done = format!("the TTL sweep had reclaimed {:?}", ttl.reclaimed_ids);
+            let ids = if ttl.reclaimed_ids.is_empty() { "nothing".to_owned() } else { ttl.reclaimed_ids.join(", ") };
+            let done = format!("the TTL sweep had reclaimed {ids}");
             return fail(err, heart_exit(&e), format!("reclaim (liveness sweep; {done}): {e}"));
         }
     };
@@ -383,7 +384,10 @@ pub fn runs(global: &Global, args: &RunsArgs, out: &mut dyn Write, err: &mut dyn
                     StoreReply::Ensured { run, created } => {
                         Ok(vec![json_line(&json!({"created": created, "run": run}))])
                     }
-                    other => Err(HeartError::new(ErrorCode::StoreProtocol, format!("ensure run: {other:?}"))),
+                    _ => Err(HeartError::new(
+                        ErrorCode::StoreProtocol,
+                        "runs create: the store answered something other than the run",
+                    )),
                 },
                 Err(e) => Err(HeartError::store("runs create", &e)),
             }
@@ -462,7 +466,7 @@ fn counts_by(store: &mut AnyStore, table: &str, column: &str) -> Result<Vec<(Str
     rows.iter()
         .map(|row| match (row.first().map(|c| &c.1), row.get(1).map(|c| &c.1)) {
             (Some(SqlValue::Text(k)), Some(SqlValue::Int(n))) => Ok((k.clone(), u64::try_from(*n).unwrap_or(0))),
-            other => Err(format!("{table}: unexpected row {other:?}")),
+            _ => Err(format!("{table}: a row without a {column} text and a count")),
         })
         .collect()
 }

@@ -45,7 +45,9 @@ use std::process::ExitCode;
 /// status an operator action needs, a canary that could not run); `2` the command could not
 /// run (a file that cannot be read or written, a store that is unknown, unreachable or not
 /// migrated, a store failure mid-operation, a missing component or a trap inside it, wrong
-/// arguments — clap also exits with 2).
+/// arguments — clap also exits with 2); `3` a `simulate --processes` that reached its
+/// `--max-seconds` bound before the fleet finished, with no safety count non-zero but those
+/// an unfinished run explains (it proved nothing either way: "did not finish").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// Everything checked out.
@@ -54,6 +56,8 @@ pub enum Exit {
     Failure,
     /// The command could not do its job.
     Error,
+    /// The simulation ran out of time before it could be judged (`did-not-finish`).
+    Unfinished,
 }
 
 impl Exit {
@@ -63,6 +67,7 @@ impl Exit {
             Exit::Success => 0,
             Exit::Failure => 1,
             Exit::Error => 2,
+            Exit::Unfinished => 3,
         }
     }
 }

@@ -21,7 +21,16 @@
 //! holding a lease, and starts a replacement. It stops when the fleet is quiescent: every
 //! run completed, no intent open, every worker exited. The run is bounded by
 //! `--max-seconds` (workers get the same deadline); past it the remaining workers are
-//! killed and the report says `quiescent: false`.
+//! killed and the report says `quiescent: false`, with the verdict `did-not-finish` (exit 3)
+//! when no safety count is non-zero but the unfinished runs and their undelivered effects
+//! (a stop explains those, and proves nothing either way), `unsafe` otherwise.
+//!
+//! With `--max-retries` every process runs with that retry ceiling and the sweeper requeues
+//! the simulation's quarantined runs as an operator would. With `--inject-fault` every
+//! process runs over the same deliberately broken store as the in-process simulation
+//! ([`FaultyStore`]): the report must then come out unsafe. The in-process fleet's knobs
+//! (`--workers`, `--crash-rate`, `--pause-rate`, `--steps`, `--sweep-every`) have no meaning
+//! here and are refused by the command line.
 //!
 //! # The receiving system
 //!
@@ -57,7 +66,8 @@
 //!
 //! * `exclusion_violations`: per run, the lease intervals rebuilt from the receipts
 //!   (`acquired` at its `at` until the latest expiry granted by `acquired`/`renewed`, cut
-//!   short by `released`, `reclaimed`, `quarantined` or `force_released`) that overlap; plus
+//!   short by `released` or `force_released`; a `reclaimed` or `quarantined` recovery ends it
+//!   without cutting it, as a recovery must come after the expiry) that overlap; plus
 //!   deliveries whose time falls inside another lease's interval on the same run.
 //! * `duplicate_effects`: deliveries of an effect beyond its first.
 //! * `stale_commits`: deliveries whose atomic witness says the token was not the live lease;
@@ -67,7 +77,7 @@
 //! * `missing_effects`: effects never delivered, and `after` lines reporting a send whose
 //!   delivery is not in `sim_effects`.
 //! * `zombie_writes`: `renewed` or `released` receipts stamped at or after the end of the
-//!   lease they extend or end.
+//!   lease they extend or end, or by an owner with no lease on the run left.
 //! * `receipt_mismatches`: receipts that do not verify; effects with more than one
 //!   `effect_committed` receipt, or one without a delivery; delivered effects with none,
 //!   unless the delivering worker was killed between its `before` and `after` lines (its
@@ -97,6 +107,7 @@ use serde_json::{Value, json};
 
 use crate::engine::{Engine, EngineKind};
 use crate::rng::SplitMix64;
+use crate::simulate::{Fault, FaultyStore, Verdict};
 use crate::sinks::FanoutSink;
 
 /// The environment variable that hands the store URL to workers (kept out of `ps`).
@@ -130,6 +141,12 @@ pub struct ProcConfig {
     pub effect_ms: u64,
     /// What runs the lease operations, in the parent and in every worker (`--engine`).
     pub engine: EngineKind,
+    /// Retry ceiling in every process (`None`: never quarantine); the sweeper requeues the
+    /// simulation's quarantined runs as an operator would.
+    pub max_retries: Option<u32>,
+    /// A deliberate store fault in every process (`--inject-fault`): the report must then
+    /// come out unsafe.
+    pub fault: Fault,
 }
 
 /// The report of a multi-process simulation: the in-process report's safety counts, and
@@ -152,6 +169,12 @@ pub struct ProcReport {
     pub effects_per_run: u32,
     /// Lease length.
     pub ttl_seconds: i64,
+    /// Retry ceiling (`null`: unlimited).
+    pub max_retries: Option<u32>,
+    /// The injected store fault (`none` normally).
+    pub fault: Fault,
+    /// The wall-clock bound (`--max-seconds`).
+    pub max_seconds: u64,
     /// Wall time of the run.
     pub elapsed_ms: u64,
     /// Every run completed, no intent open, every worker exited, within the bound.
@@ -178,6 +201,17 @@ pub struct ProcReport {
     pub reclaimed: u64,
     /// Runs recovered by the liveness sweep.
     pub liveness_reclaimed: u64,
+    /// Expired leases of killed holders that a worker's `acquire` took over (a recovery too,
+    /// with its `reclaimed` receipt: `reclaimed + liveness_reclaimed + takeovers` is the
+    /// number of `reclaimed` receipts), from the workers' journals.
+    pub takeovers: u64,
+    /// Quarantined runs the sweeper requeued (with `--max-retries`).
+    pub requeued: u64,
+    /// Store failures the sweeper and the workers rode through (a lost connection, a missed
+    /// deadline): each failed one request, and the process went on.
+    pub store_errors: u64,
+    /// Workers still running when the time bound was reached (killed then).
+    pub stopped_at_bound: u64,
     /// Intents the reconciler committed from a delivery it found.
     pub reconciler_committed: u64,
     /// Intents the reconciler reopened (no delivery: the epoch is now refused).
@@ -202,6 +236,9 @@ pub struct ProcReport {
     pub receipt_mismatches: u64,
     /// Whether every safety count is zero.
     pub safe: bool,
+    /// `safe`, `unsafe`, or `did-not-finish`: the time bound came first and no safety count
+    /// is non-zero but those the unfinished runs explain (their runs and their effects).
+    pub verdict: Verdict,
     /// The store clock at the end.
     pub final_time: String,
     /// The parent's (sweeper's) 13 counters; workers' counters die with them.
@@ -227,11 +264,15 @@ impl ProcReport {
     /// The report for people.
     pub fn write_human(&self, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, "== heart-fleet simulate report (processes) ==")?;
+        let retries = self.max_retries.map_or_else(|| "unlimited".to_owned(), |m| m.to_string());
         writeln!(
             out,
-            "store {}, sim {}, seed {}, {} processes, {} runs x {} effects, ttl {} s",
+            "store {}, sim {}, seed {}, {} processes, {} runs x {} effects, ttl {} s, max retries {retries}",
             self.store, self.sim_id, self.seed, self.processes, self.runs, self.effects_per_run, self.ttl_seconds
         )?;
+        if self.fault != Fault::None {
+            writeln!(out, "INJECTED FAULT: {} (the store is broken on purpose)", self.fault.as_str())?;
+        }
         let quiet = if self.quiescent { "quiescent" } else { "NOT quiescent" };
         writeln!(out, "{} ms ({quiet}), clock at {}", self.elapsed_ms, self.final_time)?;
         writeln!(
@@ -244,14 +285,18 @@ impl ProcReport {
         }
         writeln!(
             out,
-            "work: {} leases, {}/{} effects delivered ({} refused), {} reclaimed by TTL, {} by liveness, \
-             reconciler {} committed / {} reopened, {} receipts ({} lost to kills)",
+            "work: {} leases, {}/{} effects delivered ({} refused), {} recovered ({} by the TTL sweep, {} by liveness, \
+             {} taken over by acquire), {} requeued, reconciler {} committed / {} reopened, {} receipts \
+             ({} lost to kills)",
             self.leases,
             self.effects_fired,
             self.effects_expected,
             self.fires_refused,
+            self.reclaimed + self.liveness_reclaimed + self.takeovers,
             self.reclaimed,
             self.liveness_reclaimed,
+            self.takeovers,
+            self.requeued,
             self.reconciler_committed,
             self.reconciler_reopened,
             self.receipts,
@@ -262,10 +307,15 @@ impl ProcReport {
         for (name, n) in self.safety_counts() {
             writeln!(out, "  {name:<22} {n}")?;
         }
-        if self.safe {
-            writeln!(out, "result: SAFE (every safety count is 0)")
-        } else {
-            writeln!(out, "result: UNSAFE")
+        match self.verdict {
+            Verdict::Safe => writeln!(out, "result: SAFE (every safety count is 0)"),
+            Verdict::Unsafe => writeln!(out, "result: UNSAFE"),
+            Verdict::DidNotFinish => writeln!(
+                out,
+                "result: DID NOT FINISH (the --max-seconds bound of {} s came first, {} runs unfinished; no other \
+                 safety count is non-zero: this run proves nothing either way)",
+                self.max_seconds, self.unfinished_runs
+            ),
         }
     }
 }
@@ -273,6 +323,17 @@ impl ProcReport {
 fn err_text(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
+
+/// Whether an error is the store failing (a lost connection, a missed deadline, a busy
+/// file): a worker or the sweeper rides through it, since the store reconnects on the next
+/// request and the recovery paths resolve a write whose outcome is unknown. Anything else (a
+/// journal that cannot be written, a bug) stops the process.
+fn store_failure(e: &str) -> bool {
+    e.starts_with("store-unavailable:") || e.starts_with("postgres") || e.starts_with("sqlite")
+}
+
+/// How long a worker or the sweeper waits after a store failure before trying again.
+const STORE_RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 fn text(s: &str) -> SqlParam {
     SqlParam::Text(s.to_owned())
@@ -547,12 +608,16 @@ pub struct WorkerConfig {
     pub seed: u64,
     /// What runs its lease operations (`--engine`, passed on by the parent).
     pub engine: EngineKind,
+    /// Retry ceiling (`--max-retries`, passed on by the parent).
+    pub max_retries: Option<u32>,
+    /// The injected store fault (`--inject-fault`, passed on by the parent).
+    pub fault: Fault,
 }
 
 struct Worker {
     cfg: WorkerConfig,
     owner: String,
-    fleet: Box<dyn Engine<Store = AnyStore>>,
+    fleet: Box<dyn Engine<Store = FaultyStore<AnyStore>>>,
     ext: AnyStore,
     journal: Journal,
     deadline: Instant,
@@ -564,11 +629,12 @@ pub fn run_worker(url: &str, cfg: WorkerConfig) -> Result<(), String> {
     let ext = heart_fleet_stores::open(url).map_err(err_text)?;
     let (sink, _health) = ReceiptTableSink::new(&store);
     let sinks: Vec<Box<dyn ReceiptSink>> = vec![Box::new(sink)];
+    let store = FaultyStore { inner: store, fault: cfg.fault };
     let fleet = cfg
         .engine
         .prepare()
         .map_err(err_text)?
-        .build(store, None, Box::new(FanoutSink::new(sinks)))
+        .build(store, cfg.max_retries, Box::new(FanoutSink::new(sinks)))
         .map_err(err_text)?;
     let owner = format!("{}:{}", cfg.name, std::process::id());
     let journal = Journal::open(&cfg.journal)?;
@@ -593,34 +659,51 @@ impl Worker {
     }
 
     fn main(&mut self) -> Result<(), String> {
-        let host = crate::commands::hostname();
-        self.fleet
-            .register_instance(&self.owner, Some(&host), Some(i64::from(std::process::id())))
-            .map_err(err_text)?;
+        // The first round's heartbeat registers the instance (so a store failure right at the
+        // start is ridden through like any other).
         self.note(json!({"ev": "start", "owner": self.owner}))?;
         let mut rng = SplitMix64::new(self.cfg.seed);
         while Instant::now() < self.deadline {
-            self.instance_heartbeat()?;
-            let runs = sim_runs(&mut self.ext, &self.cfg.sim_id).map_err(err_text)?;
-            let mut open: Vec<String> = runs.into_iter().filter(|(_, s)| s != "completed").map(|(id, _)| id).collect();
-            if open.is_empty() {
-                break;
-            }
-            rng.shuffle(&mut open);
-            let mut won = None;
-            for id in open {
-                let acq = self.fleet.acquire(&id, &self.owner, self.cfg.ttl_seconds).map_err(err_text)?;
-                if let Some(fence) = acq.fence.filter(|_| acq.acquired) {
-                    won = Some(fence);
-                    break;
+            match self.round(&mut rng) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) if store_failure(&e) => {
+                    // The lease this worker may hold is given up (its token may be stale, a
+                    // write of it may or may not have landed): it expires and is swept.
+                    self.note(json!({"ev": "store-error", "error": e}))?;
+                    self.note(json!({"ev": "dropped", "why": "a store failure"}))?;
+                    std::thread::sleep(STORE_RETRY_PAUSE);
                 }
-            }
-            match won {
-                Some(fence) => self.work(fence)?,
-                None => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => return Err(e),
             }
         }
         self.note(json!({"ev": "exit"}))
+    }
+
+    /// One round: heartbeat, pick an open run, work on it if won. `false`: nothing is open.
+    fn round(&mut self, rng: &mut SplitMix64) -> Result<bool, String> {
+        self.instance_heartbeat()?;
+        let runs = sim_runs(&mut self.ext, &self.cfg.sim_id).map_err(err_text)?;
+        let mut open: Vec<String> = runs.into_iter().filter(|(_, s)| s != "completed").map(|(id, _)| id).collect();
+        if open.is_empty() {
+            return Ok(false);
+        }
+        rng.shuffle(&mut open);
+        let mut won = None;
+        for id in open {
+            // The counter tells a takeover of an expired lease (a recovery) from a plain win.
+            let recoveries = self.fleet.metrics().reclaims;
+            let acq = self.fleet.acquire(&id, &self.owner, self.cfg.ttl_seconds).map_err(err_text)?;
+            if let Some(fence) = acq.fence.filter(|_| acq.acquired) {
+                won = Some((fence, self.fleet.metrics().reclaims > recoveries));
+                break;
+            }
+        }
+        match won {
+            Some((fence, takeover)) => self.work(fence, takeover)?,
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+        Ok(true)
     }
 
     /// Renews when a third of the lease is gone. `false`: the lease is lost (journaled).
@@ -646,11 +729,11 @@ impl Worker {
         }
     }
 
-    fn work(&mut self, fence: FencingToken) -> Result<(), String> {
+    fn work(&mut self, fence: FencingToken, takeover: bool) -> Result<(), String> {
         let mut token = fence;
         let mut last = Instant::now();
         let exp = token.lease_expires_at.to_iso();
-        self.note(json!({"ev": "lease", "run": token.run_id, "exp": exp, "epoch": token.epoch}))?;
+        self.note(json!({"ev": "lease", "run": token.run_id, "exp": exp, "epoch": token.epoch, "takeover": takeover}))?;
         for j in 0..self.cfg.effects {
             let key = sim_effect_key(&self.cfg.sim_id, &token.run_id, j);
             let channel = if j % 2 == 0 { "telegram" } else { "mail" };
@@ -759,18 +842,22 @@ struct Parent<'a> {
     url: String,
     sim_id: String,
     dir: PathBuf,
-    fleet: Box<dyn Engine<Store = AnyStore>>,
+    fleet: Box<dyn Engine<Store = FaultyStore<AnyStore>>>,
     ext: AnyStore,
     procs: Procs,
     next_worker: u32,
     spawned: u64,
     journals: BTreeMap<String, PathBuf>,
     killed: BTreeSet<String>,
+    /// Workers killed at the time bound (their last receipts may be lost too).
+    stopped: BTreeSet<String>,
     kills_mid_effect: u64,
     failures: u64,
     errors: Vec<String>,
     reclaimed: u64,
     liveness_reclaimed: u64,
+    requeued: u64,
+    store_errors: u64,
     committed: u64,
     reopened: u64,
     progress: Option<&'a mut dyn Write>,
@@ -802,7 +889,8 @@ pub fn run(
     let (table, _) = ReceiptTableSink::new(&store);
     let mut sinks: Vec<Box<dyn ReceiptSink>> = vec![Box::new(table)];
     sinks.extend(sink);
-    let fleet = engine.build(store, None, Box::new(FanoutSink::new(sinks))).map_err(err_text)?;
+    let store = FaultyStore { inner: store, fault: cfg.fault };
+    let fleet = engine.build(store, cfg.max_retries, Box::new(FanoutSink::new(sinks))).map_err(err_text)?;
     let mut p = Parent {
         cfg: cfg.clone(),
         url: url.to_owned(),
@@ -815,11 +903,14 @@ pub fn run(
         spawned: 0,
         journals: BTreeMap::new(),
         killed: BTreeSet::new(),
+        stopped: BTreeSet::new(),
         kills_mid_effect: 0,
         failures: 0,
         errors: Vec::new(),
         reclaimed: 0,
         liveness_reclaimed: 0,
+        requeued: 0,
+        store_errors: 0,
         committed: 0,
         reopened: 0,
         progress,
@@ -848,7 +939,7 @@ impl Parent<'_> {
             });
             let a = self.fleet.store_mut().execute(req).map_err(|e| format!("create runs: {e}"))?;
             if !matches!(a.reply, StoreReply::Ensured { .. }) {
-                return Err(format!("create runs: unexpected answer {:?}", a.reply));
+                return Err("create runs: the store answered something other than the run".into());
             }
         }
         Ok(())
@@ -870,6 +961,8 @@ impl Parent<'_> {
             .args(["--ttl", &self.cfg.ttl_seconds.to_string(), "--effects", &self.cfg.effects.to_string()])
             .args(["--work-ms", &self.cfg.work_ms.to_string(), "--effect-ms", &self.cfg.effect_ms.to_string()])
             .args(["--deadline-ms", &left.as_millis().to_string()])
+            .args(self.cfg.max_retries.map(|m| ["--max-retries".to_owned(), m.to_string()]).into_iter().flatten())
+            .args(["--inject-fault", self.cfg.fault.as_str()])
             .args(["--seed", &(self.cfg.seed.wrapping_mul(1000).wrapping_add(u64::from(self.next_worker))).to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -960,6 +1053,21 @@ impl Parent<'_> {
             .map_err(|e| format!("reconciler: {e}"))?;
         self.committed += r.committed;
         self.reopened += r.reopened;
+        if self.cfg.max_retries.is_some() {
+            // The operator: this simulation's quarantined runs back to ready.
+            let runs = sim_runs(&mut self.ext, &self.sim_id).map_err(err_text)?;
+            for (id, _) in runs.iter().filter(|(_, status)| status == "quarantined") {
+                match self.fleet.requeue_run(id, "sim-operator") {
+                    Ok(_) => {
+                        self.requeued += 1;
+                        self.note(|| format!("operator requeued quarantined {id}"));
+                    }
+                    // Raced by nobody in this simulation, but an answer is not a failure.
+                    Err(e) if e.code == ErrorCode::InvalidState => {}
+                    Err(e) => return Err(format!("sweeper (requeue {id}): {e}")),
+                }
+            }
+        }
         if ttl.reclaimed_count + live.reclaimed_count + r.committed + r.reopened > 0 {
             self.note(|| {
                 format!(
@@ -980,6 +1088,29 @@ impl Parent<'_> {
         Ok(runs.iter().all(|(_, s)| s == "completed"))
     }
 
+    /// The store failures the workers journaled.
+    fn worker_store_errors(&self) -> u64 {
+        let count = |path: &PathBuf| {
+            read_journal(path).iter().filter(|l| l.get("ev").and_then(Value::as_str) == Some("store-error")).count()
+        };
+        self.journals.values().map(count).sum::<usize>() as u64
+    }
+
+    /// A step's result, riding through a store failure (counted and journaled; the next tick
+    /// tries again): `None` then.
+    fn ride<T>(&mut self, what: &str, r: Result<T, String>) -> Result<Option<T>, String> {
+        match r {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if store_failure(&e) || e.contains(": store-unavailable:") => {
+                self.store_errors += 1;
+                self.note(|| format!("{what}: {e} (trying again)"));
+                std::thread::sleep(STORE_RETRY_PAUSE);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Drives the fleet to quiescence (true) or to the time bound (false).
     fn drive(&mut self) -> Result<bool, String> {
         let mut rng = SplitMix64::new(self.cfg.seed);
@@ -995,7 +1126,8 @@ impl Parent<'_> {
             let now = self.start.elapsed();
             self.reap()?;
             if now >= next_sweep {
-                self.sweep()?;
+                let swept = self.sweep();
+                self.ride("sweep", swept)?;
                 next_sweep = now + SWEEP_EVERY;
             }
             let overdue = now >= next_kill + Duration::from_millis(300);
@@ -1003,16 +1135,20 @@ impl Parent<'_> {
                 kills += 1;
                 next_kill = now + Duration::from_millis(100 + rng.below(200));
             }
-            let completed = self.all_completed()?;
+            let completed = self.all_completed();
+            let completed = self.ride("check the runs", completed)?.unwrap_or(false);
             if !completed && (self.procs.live.len() as u32) < self.cfg.processes && now < bound {
                 self.spawn()?;
             }
-            if completed
-                && self.procs.live.is_empty()
-                && open_intents(&mut self.ext, &self.sim_id).map_err(err_text)? == 0
-            {
-                self.sweep()?;
-                return Ok(true);
+            let quiet = completed && self.procs.live.is_empty() && {
+                let open = open_intents(&mut self.ext, &self.sim_id).map_err(err_text);
+                self.ride("check the intents", open)? == Some(0)
+            };
+            if quiet {
+                let swept = self.sweep();
+                if self.ride("final sweep", swept)?.is_some() {
+                    return Ok(true);
+                }
             }
             if now >= bound {
                 let n = self.procs.live.len();
@@ -1020,6 +1156,7 @@ impl Parent<'_> {
                 for p in &mut self.procs.live {
                     let _ = p.child.kill();
                     let _ = p.child.wait();
+                    self.stopped.insert(p.name.clone());
                 }
                 self.procs.live.clear();
                 return Ok(false);
@@ -1075,12 +1212,26 @@ impl Parent<'_> {
             self.journals.iter().map(|(name, path)| (name.clone(), read_journal(path))).collect();
         b.check_deliveries(&deliveries, &journals);
         let mut expected = BTreeSet::new();
-        for (id, _) in &runs {
+        let mut of_unfinished = BTreeSet::new();
+        for (id, status) in &runs {
             for j in 0..self.cfg.effects {
                 expected.insert(sim_effect_key(&self.sim_id, id, j));
+                if status != "completed" {
+                    of_unfinished.insert(sim_effect_key(&self.sim_id, id, j));
+                }
             }
         }
-        b.check_effects(&expected, &deliveries, &receipts, &journals, &self.killed);
+        // A worker killed at the bound dies like any killed worker: its last receipt may be lost.
+        let killed: BTreeSet<String> = self.killed.union(&self.stopped).cloned().collect();
+        b.check_effects(&expected, &deliveries, &receipts, &journals, &killed);
+        let missing_unfinished =
+            expected.iter().filter(|k| of_unfinished.contains(*k) && !deliveries.iter().any(|d| &d.key == *k)).count()
+                as u64;
+        let takeovers = journals
+            .values()
+            .flatten()
+            .filter(|l| field(l, "ev") == Some("lease") && l.get("takeover").and_then(Value::as_bool) == Some(true))
+            .count() as u64;
         let unfinished = runs.iter().filter(|(_, s)| s != "completed").count() as u64;
         let mut by_event: BTreeMap<String, u64> = BTreeMap::new();
         for r in &receipts {
@@ -1102,6 +1253,9 @@ impl Parent<'_> {
             runs: self.cfg.runs,
             effects_per_run: self.cfg.effects,
             ttl_seconds: self.cfg.ttl_seconds,
+            max_retries: self.cfg.max_retries,
+            fault: self.cfg.fault,
+            max_seconds: self.cfg.max_seconds,
             elapsed_ms: self.start.elapsed().as_millis() as u64,
             quiescent,
             workers_spawned: self.spawned,
@@ -1115,6 +1269,10 @@ impl Parent<'_> {
             fires_refused,
             reclaimed: self.reclaimed,
             liveness_reclaimed: self.liveness_reclaimed,
+            takeovers,
+            requeued: self.requeued,
+            store_errors: self.store_errors + self.worker_store_errors(),
+            stopped_at_bound: self.stopped.len() as u64,
             reconciler_committed: self.committed,
             reconciler_reopened: self.reopened,
             receipts: receipts.len() as u64,
@@ -1127,11 +1285,26 @@ impl Parent<'_> {
             zombie_writes: b.zombie_writes,
             receipt_mismatches: b.receipt_mismatches,
             safe: false,
+            verdict: Verdict::Unsafe,
             final_time: now.to_iso(),
             metrics: self.fleet.metrics(),
             receipts_by_event: by_event,
         };
         report.safe = report.safety_counts().iter().all(|(_, n)| *n == 0);
+        // Out of time: unfinished runs and their undelivered effects are what a stop explains;
+        // any other non-zero count is a violation whether or not the fleet finished.
+        let unexplained = report
+            .safety_counts()
+            .iter()
+            .filter(|(name, _)| !matches!(*name, "unfinished_runs" | "missing_effects"))
+            .map(|(_, n)| *n)
+            .sum::<u64>()
+            + report.missing_effects.saturating_sub(missing_unfinished);
+        report.verdict = match (report.safe, quiescent) {
+            (true, _) => Verdict::Safe,
+            (false, false) if unexplained == 0 => Verdict::DidNotFinish,
+            _ => Verdict::Unsafe,
+        };
         Ok(report)
     }
 }
@@ -1200,24 +1373,37 @@ impl Books {
                     let end = millis(r, "leaseExpiresAt").unwrap_or(at);
                     self.leases.push(Lease { run_id: run.into(), owner: owner.into(), start: at, end, open: true });
                 }
-                "renewed" => {
-                    if let Some(l) = open {
+                // A renew or release by an owner whose lease had already ended (or was taken
+                // from it) was accepted by a store that should have refused it: a zombie write.
+                "renewed" => match open {
+                    Some(l) => {
                         if at >= l.end {
                             self.zombie_writes += 1;
                         }
                         l.end = millis(r, "leaseExpiresAt").unwrap_or(l.end);
                     }
-                }
-                "released" => {
-                    if let Some(l) = open {
+                    None => self.zombie_writes += 1,
+                },
+                "released" => match open {
+                    Some(l) => {
                         if at >= l.end {
                             self.zombie_writes += 1;
                         }
                         l.end = l.end.min(at);
                         l.open = false;
                     }
+                    None => self.zombie_writes += 1,
+                },
+                // A recovery ends a lease that had expired (`at` ≥ its end, on the store's own
+                // clock): the interval stays as granted, so a recovery of a live lease leaves it
+                // overlapping the next holder's, an exclusion violation.
+                "reclaimed" | "quarantined" => {
+                    if let Some(l) = open {
+                        l.open = false;
+                    }
                 }
-                "reclaimed" | "quarantined" | "force_released" => {
+                // An operator's force-release ends a live lease on purpose.
+                "force_released" => {
                     if let Some(l) = open {
                         l.end = l.end.min(at);
                         l.open = false;

@@ -194,6 +194,9 @@ pub struct SimReport {
     pub effects_fired: u64,
     /// Runs the sweeper reclaimed.
     pub reclaimed: u64,
+    /// Expired leases of crashed holders that `acquire` took over (a recovery too: each has
+    /// its `reclaimed` receipt, so `reclaimed + takeovers` is the number of those receipts).
+    pub takeovers: u64,
     /// Quarantined runs the operator requeued.
     pub requeued: u64,
     /// Intents the reconciler committed with the probe's evidence.
@@ -218,10 +221,36 @@ pub struct SimReport {
     pub receipt_mismatches: u64,
     /// Whether every safety count is zero.
     pub safe: bool,
+    /// `safe` or `unsafe` (the in-process simulation always finishes: its clock is virtual).
+    pub verdict: Verdict,
     /// The store clock at the end.
     pub final_time: String,
     /// The fleet's 13 counters.
     pub metrics: HeartMetrics,
+}
+
+/// What a simulation proved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Every safety count is 0 (exit 0).
+    Safe,
+    /// A safety count is not 0 (exit 1).
+    Unsafe,
+    /// `simulate --processes` reached its `--max-seconds` bound first; no safety count is
+    /// non-zero but those its unfinished runs explain (exit 3): it proved nothing either way.
+    DidNotFinish,
+}
+
+impl Verdict {
+    /// The exit status of the verdict.
+    pub fn exit(self) -> crate::Exit {
+        match self {
+            Verdict::Safe => crate::Exit::Success,
+            Verdict::Unsafe => crate::Exit::Failure,
+            Verdict::DidNotFinish => crate::Exit::Unfinished,
+        }
+    }
 }
 
 impl SimReport {
@@ -269,11 +298,14 @@ impl SimReport {
         )?;
         writeln!(
             out,
-            "work: {} leases, {}/{} effects fired, {} reclaimed, {} requeued, reconciler {} committed / {} reopened, {} receipts",
+            "work: {} leases, {}/{} effects fired, {} recovered ({} by the sweeper, {} taken over by acquire), \
+             {} requeued, reconciler {} committed / {} reopened, {} receipts",
             self.leases,
             self.effects_fired,
             self.effects_expected,
+            self.reclaimed + self.takeovers,
             self.reclaimed,
+            self.takeovers,
             self.requeued,
             self.reconciler_committed,
             self.reconciler_reopened,
@@ -344,7 +376,8 @@ impl Fault {
         }
     }
 
-    fn corrupt(self, req: StoreRequest) -> StoreRequest {
+    /// The request as the broken store sees it.
+    pub(crate) fn corrupt(self, req: StoreRequest) -> StoreRequest {
         use heart_fleet_core::request::Cond;
         match (self, req) {
             (Fault::NoFencing, StoreRequest::UpdateRun { run_id, set, want_before, .. }) => {
@@ -355,6 +388,34 @@ impl Fault {
             }
             (_, req) => req,
         }
+    }
+}
+
+impl Fault {
+    /// The answer as the broken store gives it: without a ledger, every claim wins.
+    pub(crate) fn corrupt_answer(self, answer: &mut StoreAnswer) {
+        if let (Fault::NoLedger, StoreReply::Claim { claimed, intent }) = (self, &mut answer.reply) {
+            *claimed = true;
+            intent.state = IntentState::Intent;
+        }
+    }
+}
+
+/// Any store broken on purpose by a [`Fault`] (the same faults as the in-process memory
+/// store's): `simulate --processes --inject-fault` runs every worker and the sweeper over one.
+#[derive(Debug, Clone)]
+pub struct FaultyStore<S> {
+    /// The real store.
+    pub inner: S,
+    /// What is broken (`Fault::None`: nothing).
+    pub fault: Fault,
+}
+
+impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
+    fn execute(&mut self, req: StoreRequest) -> Result<StoreAnswer, StoreError> {
+        let mut answer = self.inner.execute(self.fault.corrupt(req))?;
+        self.fault.corrupt_answer(&mut answer);
+        Ok(answer)
     }
 }
 
@@ -378,10 +439,7 @@ impl LeaseStore for SharedStore {
             return Err(StoreError("the store is busy".into()));
         };
         let mut answer = store.execute(self.1.corrupt(req))?;
-        if let (Fault::NoLedger, StoreReply::Claim { claimed, intent }) = (self.1, &mut answer.reply) {
-            *claimed = true;
-            intent.state = IntentState::Intent;
-        }
+        self.1.corrupt_answer(&mut answer);
         Ok(answer)
     }
 }
@@ -498,6 +556,7 @@ struct Tally {
     fence_refusals: u64,
     dedupe_waits: u64,
     reclaimed: u64,
+    takeovers: u64,
     requeued: u64,
     reconciler_committed: u64,
     reconciler_reopened: u64,
@@ -831,9 +890,19 @@ impl<'a> Sim<'a> {
         let ttl = self.cfg.ttl_seconds;
         if let Action::Acquire(r) = action {
             let run_id = self.run_ids.get(r).cloned().ok_or_else(|| self.err(format!("no run {r}")))?;
+            // The row as the store holds it before the call: a win over a held row is a takeover.
+            let was_held = self
+                .store
+                .read(|s| {
+                    s.run(&run_id).is_some_and(|row| matches!(row.status, RunStatus::Leased | RunStatus::Running))
+                })
+                .map_err(|e| self.err(e))?;
             let res = self.fleet.acquire(&run_id, &name, ttl);
             self.absorb_receipts();
             let res = res.map_err(|e| self.err(format!("acquire: {e}")))?;
+            if res.acquired && was_held {
+                self.tally.takeovers += 1;
+            }
             if res.acquired {
                 let fence = res.fence.ok_or_else(|| self.err("acquire won without a fence"))?;
                 let now = self.now()?;
@@ -1050,6 +1119,7 @@ impl<'a> Sim<'a> {
             effects_expected: u64::from(self.cfg.runs) * u64::from(self.cfg.effects),
             effects_fired: b.fires.len() as u64,
             reclaimed: self.tally.reclaimed,
+            takeovers: self.tally.takeovers,
             requeued: self.tally.requeued,
             reconciler_committed: self.tally.reconciler_committed,
             reconciler_reopened: self.tally.reconciler_reopened,
@@ -1062,10 +1132,12 @@ impl<'a> Sim<'a> {
             zombie_writes: b.zombie_writes,
             receipt_mismatches: mismatches,
             safe: false,
+            verdict: Verdict::Unsafe,
             final_time: now.to_iso(),
             metrics: self.fleet.metrics(),
         };
         report.safe = report.safety_counts().iter().all(|(_, n)| *n == 0);
+        report.verdict = if report.safe { Verdict::Safe } else { Verdict::Unsafe };
         Ok(report)
     }
 }
@@ -1120,6 +1192,7 @@ mod tests {
             waits += r.dedupe_waits;
             reclaimed += r.reclaimed;
             takeovers += r.metrics.reclaims - r.reclaimed;
+            assert_eq!(r.takeovers, r.metrics.reclaims - r.reclaimed, "seed {seed}: the report counts every recovery");
         }
         assert!(mid_send > 0);
         assert!(committed > 0, "a send whose ack was lost was committed by the reconciler");

@@ -88,14 +88,34 @@ fn a_bad_line_is_named_and_stops_the_command_with_exit_1() {
     let out = run(&["canonicalize"], "{\"b\":1,\"a\":2}\n\n{\"n\":1e400}\n[]\n");
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(text(&out.stdout), "{\"a\":2,\"b\":1}\n");
-    assert_eq!(text(&out.stderr), "line 3: Canonical JSON Error: Non-finite number Infinity cannot be serialized.\n");
+    assert_eq!(
+        text(&out.stderr),
+        "heart-fleet: canonicalize: stdin line 3: Canonical JSON Error: Non-finite number Infinity cannot be serialized.\n"
+    );
 
     let out = run(&["digest"], "1\n{\"a\":\n2\n");
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(text(&out.stdout).lines().count(), 1);
     let err = text(&out.stderr);
-    assert!(err.starts_with("line 2: Canonical JSON Error: invalid JSON"), "{err}");
+    assert!(err.starts_with("heart-fleet: digest: stdin line 2: Canonical JSON Error: invalid JSON"), "{err}");
     assert_eq!(err.lines().count(), 1);
+    let out = run(&["digest"], "\u{0}\n");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).starts_with("heart-fleet: digest: stdin line 1: "), "{}", text(&out.stderr));
+}
+
+#[test]
+fn unreadable_stdin_is_one_prefixed_line_and_exit_2() {
+    // A directory as standard input: opening it works, reading it fails (EISDIR).
+    for verb in ["canonicalize", "digest"] {
+        let dir = std::fs::File::open(std::env::temp_dir()).unwrap();
+        let out = bin().arg(verb).stdin(Stdio::from(dir)).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{verb}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with(&format!("heart-fleet: {verb}: cannot read stdin: ")), "{err}");
+        assert!(out.stdout.is_empty());
+    }
 }
 
 #[test]
@@ -218,6 +238,71 @@ fn simulate_exits_1_when_the_store_is_broken() {
     let (code, r) = simulate_json(&["--inject-fault", "no-ledger", "--crash-rate", "0.3", "--seed", "2"]);
     assert_eq!(code, Some(1), "{r}");
     assert!(r["duplicate_effects"].as_u64().unwrap() > 0, "{r}");
+}
+
+#[test]
+fn simulate_reports_every_recovery_its_receipts_show() {
+    // A takeover of an expired lease in acquire is a recovery, with its `reclaimed` receipt,
+    // as much as the sweeper's: the report counts both.
+    let mut takeovers = 0;
+    for seed in 1..=6 {
+        let path = temp_file(&format!("recoveries-{seed}.jsonl"));
+        let p = path.to_str().unwrap();
+        let s = seed.to_string();
+        let (code, r) = simulate_json(&["--seed", &s, "--crash-rate", "0.3", "--pause-rate", "0.1", "--receipts", p]);
+        assert_eq!(code, Some(0), "{r}");
+        let receipts: Vec<Value> =
+            std::fs::read_to_string(&path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let reclaimed = receipts.iter().filter(|x| x["event"] == "reclaimed").count() as u64;
+        let (sweeper, acquire) = (r["reclaimed"].as_u64().unwrap(), r["takeovers"].as_u64().unwrap());
+        assert_eq!(sweeper + acquire, reclaimed, "seed {seed}: {r}");
+        assert_eq!(r["metrics"]["reclaims"].as_u64(), Some(reclaimed), "seed {seed}: {r}");
+        takeovers += acquire;
+        std::fs::remove_file(&path).unwrap();
+    }
+    assert!(takeovers > 0, "no takeover happened: the test would be vacuous");
+    let human = text(&run(&["simulate", "--seed", "3", "--crash-rate", "0.3", "--quiet"], "").stdout);
+    assert!(human.contains(" recovered (") && human.contains(" taken over by acquire)"), "{human}");
+}
+
+#[test]
+fn simulate_refuses_the_flags_of_the_other_mode() {
+    // The multi-process simulation has no use for the in-process fleet's knobs, and the
+    // in-process one none for the wall clock's: each is refused, one line, exit 2, before
+    // anything runs.
+    for (args, flag) in [
+        (&["--processes", "2", "--workers", "3"][..], "--workers"),
+        (&["--processes", "2", "--crash-rate", "0.2"], "--crash-rate"),
+        (&["--processes", "2", "--pause-rate", "0.1"], "--pause-rate"),
+        (&["--processes", "2", "--steps", "50"], "--steps"),
+        (&["--processes", "2", "--sweep-every", "2"], "--sweep-every"),
+        (&["--max-seconds", "5"], "--max-seconds"),
+        (&["--work-ms", "10"], "--work-ms"),
+    ] {
+        let mut full = vec!["simulate"];
+        full.extend_from_slice(args);
+        let out = run(&full, "");
+        assert_eq!(out.status.code(), Some(2), "{full:?}: {}", text(&out.stdout));
+        assert!(out.stdout.is_empty(), "{full:?}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{full:?}: {err}");
+        assert!(err.starts_with("heart-fleet: simulate: ") && err.contains(flag), "{full:?}: {err}");
+        assert!(err.contains("--processes"), "{full:?}: {err}");
+    }
+}
+
+#[test]
+fn simulate_help_tells_the_truth_about_its_store() {
+    let help = text(&run(&["simulate", "--help"], "").stdout);
+    // The option's own paragraph: its line and the description under it.
+    let store: String = help
+        .lines()
+        .skip_while(|l| l.trim() != "--store <URL>")
+        .take_while(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(store.contains("--store <URL>"), "{help}");
+    assert!(store.contains("never uses it") && store.contains("temporary SQLite file"), "{store}");
 }
 
 #[test]

@@ -163,6 +163,10 @@ fn check_safe_report(out: &Output) -> Value {
     assert!(r["kills"].as_u64().unwrap() > 0, "{r:#}");
     assert_eq!(r["effects_fired"], r["effects_expected"], "{r:#}");
     assert_eq!(r["worker_failures"], 0, "{r:#}");
+    assert_eq!(r["verdict"], "safe", "{r:#}");
+    // Every recovery is counted: the sweeps' and the takeovers in acquire, one receipt each.
+    let recovered: u64 = ["reclaimed", "liveness_reclaimed", "takeovers"].iter().map(|k| r[k].as_u64().unwrap()).sum();
+    assert_eq!(r["receipts_by_event"]["reclaimed"].as_u64().unwrap_or(0), recovered, "{r:#}");
     r
 }
 
@@ -429,4 +433,329 @@ fn postgres_simulate_processes_with_kills() {
     let out = hf(&dir, &["--store", &s.url, "simulate", "--processes", "3", "--ttl", "2", "--seed", "7", "--json"]);
     let r = check_safe_report(&out);
     assert!(r["store"].as_str().unwrap().starts_with("postgres://"), "{r}");
+}
+
+/// Killed database connections under a running multi-process simulation: each failed request
+/// is a store failure the worker or the sweeper rides through (the store reconnects on the
+/// next request), and the run still ends with its report, safe.
+#[test]
+fn postgres_simulate_processes_rides_through_killed_connections() {
+    let Some(base) = database_url() else { return };
+    let dir = temp_dir("heart-store-cli");
+    let s = pg_migrated(&base, &dir);
+    let app = format!("heart-ride-{}", std::process::id());
+    let url = format!("{}&application_name={app}", s.url);
+    let mut child = cmd(
+        &dir,
+        &[
+            "--store",
+            &url,
+            "simulate",
+            "--processes",
+            "3",
+            "--runs",
+            "6",
+            "--ttl",
+            "2",
+            "--seed",
+            "9",
+            "--json",
+            "--max-seconds",
+            "90",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let mut admin = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    let mut terminated = 0;
+    for _ in 0..40 {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        let n: i64 = admin
+            .query_one(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+                &[&app],
+            )
+            .unwrap()
+            .get(0);
+        terminated += n;
+        if terminated >= 12 {
+            break;
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(terminated >= 3, "only {terminated} connections were killed: the simulation ended too soon for the test");
+    let r = check_safe_report(&out);
+    assert!(
+        r["store_errors"].as_u64().unwrap() > 0,
+        "the killed connections showed as store errors ridden through: {r}"
+    );
+    assert_eq!(r["worker_failures"], 0, "{r}");
+}
+
+// ------------------------------------------------------------------------------------------
+// Hardening (issue 12): flags, foreign files, credentials, error texts
+// ------------------------------------------------------------------------------------------
+
+/// The safety counts a stop at the time bound cannot explain.
+const HARD_COUNTS: [&str; 5] =
+    ["exclusion_violations", "duplicate_effects", "stale_commits", "zombie_writes", "receipt_mismatches"];
+
+#[test]
+fn every_injected_fault_makes_both_simulations_unsafe() {
+    use clap::ValueEnum;
+    use heart_fleet_host::simulate::Fault;
+    let dir = temp_dir("heart-store-cli");
+    let faults: Vec<Fault> = Fault::value_variants().iter().copied().filter(|f| *f != Fault::None).collect();
+    assert!(faults.len() >= 2, "{faults:?}");
+    for fault in faults {
+        let name = fault.as_str();
+        // In process.
+        let out =
+            hf(&dir, &["simulate", "--inject-fault", name, "--crash-rate", "0.3", "--pause-rate", "0.2", "--json"]);
+        assert_eq!(out.status.code(), Some(1), "{name} in process: {}", text(&out.stdout));
+        let r: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+        assert_eq!(
+            (r["safe"].as_bool(), r["verdict"].as_str(), r["fault"].as_str()),
+            (Some(false), Some("unsafe"), Some(name))
+        );
+        // Real processes on a shared SQLite file: every worker and the sweeper run over the broken store.
+        let out = hf(
+            &dir,
+            &[
+                "simulate",
+                "--processes",
+                "3",
+                "--ttl",
+                "2",
+                "--kills",
+                "5",
+                "--seed",
+                "3",
+                "--inject-fault",
+                name,
+                "--json",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(1), "{name} with processes: {}{}", text(&out.stdout), text(&out.stderr));
+        let r: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+        assert_eq!(
+            (r["safe"].as_bool(), r["verdict"].as_str(), r["fault"].as_str()),
+            (Some(false), Some("unsafe"), Some(name))
+        );
+        let caught: u64 = HARD_COUNTS.iter().map(|k| r[k].as_u64().unwrap()).sum();
+        assert!(caught > 0, "{name}: a count a broken store explains, not only an unfinished run: {r:#}");
+        let human = hf(
+            &dir,
+            &["simulate", "--processes", "3", "--ttl", "2", "--kills", "5", "--inject-fault", name, "--quiet"],
+        );
+        assert_eq!(human.status.code(), Some(1));
+        let human = text(&human.stdout);
+        assert!(human.contains(&format!("INJECTED FAULT: {name}")) && human.contains("result: UNSAFE"), "{human}");
+    }
+}
+
+#[test]
+fn simulate_processes_honours_the_retry_ceiling() {
+    let dir = temp_dir("heart-store-cli");
+    let url = sqlite_store(&dir, "fleet.db");
+    let out =
+        hf(&dir, &["--store", &url, "simulate", "--processes", "3", "--ttl", "2", "--max-retries", "0", "--json"]);
+    let r = check_safe_report(&out);
+    assert_eq!(r["max_retries"], 0, "{r:#}");
+    // Every recovery of a killed holder's run quarantines it; the sweeper requeues it.
+    let quarantined = r["receipts_by_event"]["quarantined"].as_u64().unwrap_or(0);
+    assert!(quarantined > 0, "{r:#}");
+    assert_eq!(r["requeued"].as_u64(), Some(quarantined), "{r:#}");
+    assert_eq!(r["receipts_by_event"]["requeued"].as_u64(), Some(quarantined), "{r:#}");
+}
+
+#[test]
+fn simulate_processes_out_of_time_did_not_finish() {
+    let dir = temp_dir("heart-store-cli");
+    // 40 runs of 2 effects take two workers far longer than 2 s.
+    let args = ["simulate", "--processes", "2", "--runs", "40", "--ttl", "2", "--max-seconds", "2", "--seed", "4"];
+    let mut json = args.to_vec();
+    json.push("--json");
+    let out = hf(&dir, &json);
+    assert_eq!(out.status.code(), Some(3), "{}{}", text(&out.stdout), text(&out.stderr));
+    let r: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(
+        (r["verdict"].as_str(), r["quiescent"].as_bool(), r["safe"].as_bool()),
+        (Some("did-not-finish"), Some(false), Some(false))
+    );
+    assert!(r["unfinished_runs"].as_u64().unwrap() > 0, "{r:#}");
+    for k in HARD_COUNTS {
+        assert_eq!(r[k], 0, "{k}: {r:#}");
+    }
+    let mut quiet = args.to_vec();
+    quiet.push("--quiet");
+    let out = hf(&dir, &quiet);
+    assert_eq!(out.status.code(), Some(3));
+    let human = text(&out.stdout);
+    assert!(human.contains("result: DID NOT FINISH (the --max-seconds bound of 2 s came first"), "{human}");
+    assert!(!human.contains("UNSAFE"), "{human}");
+}
+
+/// A SQLite file of another application at `path`: a table of its own (and `extra`), in
+/// rollback-journal mode (`journal_mode delete`; header bytes 18 and 19 are 1, WAL makes them 2).
+fn foreign_sqlite_file(path: &Path, extra: &str) {
+    let s = heart_fleet_stores::SqliteStore::open_in_memory().unwrap();
+    s.batch(&format!(
+        "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT); INSERT INTO notes (body) VALUES ('keep me'); {extra} \
+         VACUUM INTO '{}'",
+        path.display()
+    ))
+    .unwrap();
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(bytes.get(18..20), Some(&[1u8, 1][..]), "a rollback-journal file");
+}
+
+#[test]
+fn a_failed_command_leaves_a_foreign_sqlite_file_as_it_was() {
+    let dir = temp_dir("heart-store-cli");
+    let path = dir.join("other.db");
+    foreign_sqlite_file(&path, "");
+    let before = std::fs::read(&path).unwrap();
+    let url = format!("sqlite:{}", path.display());
+    for args in [
+        &["runs", "list"][..],
+        &["runs", "show", "x"],
+        &["instances", "list"],
+        &["metrics"],
+        &["verify-receipts", "--table"],
+        &["reclaim"],
+        &["canary"],
+        &["runs", "create", "k"],
+        &["runs", "requeue", "x", "--operator", "o"],
+        &["runs", "force-release", "x"],
+        &["instances", "register", "i"],
+        &["instances", "heartbeat", "i"],
+        &["instances", "drain", "i"],
+        &["simulate", "--processes", "2"],
+    ] {
+        let mut full = vec!["--store", url.as_str()];
+        full.extend_from_slice(args);
+        let e = fails(&hf(&dir, &full), 2);
+        assert!(e.contains("has no table agent_runs") && e.contains("heart-fleet migrate"), "{args:?}: {e}");
+        assert!(std::fs::read(&path).unwrap() == before, "{args:?} changed the file (journal mode or content)");
+        for side in ["-wal", "-shm", "-journal"] {
+            assert!(!dir.join(format!("other.db{side}")).exists(), "{args:?} left other.db{side}");
+        }
+    }
+    // migrate is asked to change the file: it adds the tables, and the file is ours from then on.
+    ok(&hf(&dir, &["--store", &url, "migrate"]));
+    assert_eq!(ok(&hf(&dir, &["--store", &url, "runs", "list"])), "");
+}
+
+#[test]
+fn migrate_on_a_foreign_agent_runs_table_is_one_line() {
+    let dir = temp_dir("heart-store-cli");
+    let path = dir.join("other.db");
+    foreign_sqlite_file(&path, "CREATE TABLE agent_runs (x INTEGER);");
+    let url = format!("sqlite:{}", path.display());
+    let e = fails(&hf(&dir, &["--store", &url, "migrate"]), 2);
+    assert!(e.starts_with(&format!("heart-fleet: migrate {url}: migration 0001_schema: ")), "{e}");
+    assert!(e.contains("no such column"), "the database's message: {e}");
+    assert!(!e.contains("CREATE") && e.len() < 300, "not the script: {e}");
+}
+
+#[test]
+fn credentials_never_appear_in_errors() {
+    let dir = temp_dir("heart-store-cli");
+    // Port 1 on 127.0.0.1: closed, so every PostgreSQL form fails fast at connect.
+    for url in [
+        "postgres://u@127.0.0.1:1/db?password=hunter2",
+        "postgres://u:hunter2@127.0.0.1:1/db",
+        "postgresql://u:hunter2@127.0.0.1:1/db?sslmode=disable&password=hunter2",
+        "postgres://u@127.0.0.1:1/db?sslpassword=hunter2&connect_timeout=3",
+        "postgres://u:hun%40ter2@127.0.0.1:1/db",
+        "postgres://u:hunter2@127.0.0.1:1/db?PASSWORD=hunter2",
+        "host=127.0.0.1 port=1 user=u password=hunter2",
+        "host=127.0.0.1 port=1 password='hunter2 in quotes' dbname=db",
+        "host=127.0.0.1 port=1 password = hunter2",
+        "host=127.0.0.1 port=1 sslpassword=hunter2",
+    ] {
+        for cmd in [&["runs", "list"][..], &["migrate"], &["canary"], &["simulate", "--processes", "2"]] {
+            let mut full = vec!["--store", url];
+            full.extend_from_slice(cmd);
+            let out = hf(&dir, &full);
+            let e = fails(&out, 2);
+            assert!(!e.contains("hunter") && !e.contains("ter2"), "{cmd:?} {url}: {e}");
+            assert!(e.contains("****"), "{cmd:?} {url}: the store is named, its secret masked: {e}");
+            assert!(out.stdout.is_empty(), "{cmd:?} {url}");
+        }
+    }
+}
+
+#[test]
+fn empty_names_and_ids_are_wrong_arguments() {
+    let dir = temp_dir("heart-store-cli");
+    let url = sqlite_store(&dir, "fleet.db");
+    for args in [
+        &["canary", "--owner", ""][..],
+        &["runs", "create", ""],
+        &["runs", "create", "k", "--created-by", ""],
+        &["runs", "show", ""],
+        &["runs", "requeue", "", "--operator", "o"],
+        &["runs", "requeue", "x", "--operator", ""],
+        &["runs", "force-release", ""],
+        &["instances", "register", ""],
+        &["instances", "heartbeat", ""],
+        &["instances", "drain", ""],
+    ] {
+        for store in [Some(url.as_str()), None] {
+            let mut full = store.map_or_else(Vec::new, |u| vec!["--store", u]);
+            full.extend_from_slice(args);
+            let out = hf(&dir, &full);
+            assert_eq!(out.status.code(), Some(2), "{full:?}: {}{}", text(&out.stdout), text(&out.stderr));
+            let err = text(&out.stderr);
+            assert!(err.starts_with("error: ") && err.contains("must be a non-empty string"), "{full:?}: {err}");
+            assert!(out.stdout.is_empty(), "{full:?}");
+        }
+    }
+    // Refused before any store was touched: nothing created, no receipt, no embedded store.
+    assert_eq!(ok(&hf(&dir, &["--store", &url, "runs", "list"])), "");
+    assert_eq!(ok(&hf(&dir, &["--store", &url, "instances", "list"])), "");
+    assert!(ok(&hf(&dir, &["--store", &url, "verify-receipts", "--table"])).starts_with("0 receipts"));
+    assert!(!dir.join("heart-fleet.db").exists());
+}
+
+#[test]
+fn postgres_errors_say_what_failed() {
+    let Some(base) = database_url() else { return };
+    let dir = temp_dir("heart-store-cli");
+    let sep = if base.contains('?') { '&' } else { '?' };
+    // A search_path naming no schema that exists: nowhere to create the tables.
+    let nowhere = format!("{base}{sep}options=-csearch_path%3Dheart_cli_no_such_schema_{}", std::process::id());
+    let e = fails(&hf(&dir, &["--store", &nowhere, "migrate"]), 2);
+    assert!(e.contains("no schema has been selected to create in"), "the server's message: {e}");
+    assert!(!e.trim_end().ends_with("db error"), "{e}");
+    // A foreign agent_runs table: one line naming the migration and the server's message.
+    let s = PgSchema::new(&base);
+    let mut c = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+    c.batch_execute(&format!("CREATE TABLE {}.agent_runs (x integer)", s.name)).unwrap();
+    let e = fails(&hf(&dir, &["--store", &s.url, "migrate"]), 2);
+    assert!(e.contains("migration 0001_reference_schema") && e.contains("does not exist"), "{e}");
+    assert!(!e.contains("CREATE") && !e.contains(":heart@"), "{e}");
+}
+
+#[test]
+fn postgres_a_password_parameter_is_masked_in_output() {
+    let Some(base) = database_url() else { return };
+    let dir = temp_dir("heart-store-cli");
+    let s = PgSchema::new(&base);
+    // postgres://user:password@rest -> postgres://user@rest&password=password
+    let (scheme, rest) = s.url.split_once("://").unwrap();
+    let (userinfo, after) = rest.rsplit_once('@').unwrap();
+    let Some((user, password)) = userinfo.split_once(':') else { return };
+    let url = format!("{scheme}://{user}@{after}&password={password}");
+    let out = ok(&hf(&dir, &["--store", &url, "migrate"]));
+    assert!(out.contains("password=****") && !out.contains(&format!("password={password}")), "{out}");
+    let out = hf(&dir, &["--store", &url, "simulate", "--processes", "2", "--runs", "2", "--ttl", "2", "--json"]);
+    let r = check_safe_report(&out);
+    let shown = r["store"].as_str().unwrap();
+    assert!(shown.contains("password=****") && !shown.contains(&format!("password={password}")), "{shown}");
 }

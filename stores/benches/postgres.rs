@@ -455,28 +455,31 @@ fn counted_fleet<S: LeaseStore>(store: S) -> HeartFleet<Counted<S>> {
 /// A client of `variant` on `config`'s database, cycling `run_id`. `counted`: wrap the shipped
 /// fleet's store in [`Counted`] (for the wire counts); the timed runs use `HeartFleet<PgStore>`.
 fn cycler(variant: Variant, config: &postgres::Config, run_id: &str, counted: bool) -> Res<Box<dyn Cycler>> {
-    let client = config.connect(postgres::NoTls)?;
     let (run_id, owner) = (run_id.to_owned(), format!("bench-{}", run_id));
+    let client = || config.connect(postgres::NoTls);
     Ok(match variant {
-        Variant::Heart if counted => {
-            Box::new(FleetCycler { fleet: counted_fleet(PgStore::new(client)), run_id, owner })
+        Variant::Heart => {
+            // The shipped store connects from a URL (so that it can reconnect).
+            let store = PgStore::connect(&url_of(config))?;
+            if counted {
+                Box::new(FleetCycler { fleet: counted_fleet(store), run_id, owner })
+            } else {
+                Box::new(PureFleetCycler { fleet: HeartFleet::new(store).with_sink(Box::new(discard)), run_id, owner })
+            }
         }
-        Variant::Heart => Box::new(PureFleetCycler {
-            fleet: HeartFleet::new(PgStore::new(client)).with_sink(Box::new(discard)),
+        Variant::HeartTyped => Box::new(FleetCycler { fleet: counted_fleet(TypedPg(client()?)), run_id, owner }),
+        Variant::HeartPrepared => Box::new(FleetCycler {
+            fleet: counted_fleet(PreparedPg { client: client()?, cache: HashMap::new() }),
             run_id,
             owner,
         }),
-        Variant::HeartTyped => Box::new(FleetCycler { fleet: counted_fleet(TypedPg(client)), run_id, owner }),
-        Variant::HeartPrepared => {
-            Box::new(FleetCycler { fleet: counted_fleet(PreparedPg { client, cache: HashMap::new() }), run_id, owner })
-        }
         Variant::PlainPrepared => {
-            let mut client = client;
+            let mut client = client()?;
             let acq = client.prepare(PLAIN_ACQUIRE)?;
             let rel = client.prepare(PLAIN_RELEASE)?;
             Box::new(PlainCycler { client, prepared: Some((acq, rel)), run_id, owner, statements: 0 })
         }
-        Variant::PlainText => Box::new(PlainCycler { client, prepared: None, run_id, owner, statements: 0 }),
+        Variant::PlainText => Box::new(PlainCycler { client: client()?, prepared: None, run_id, owner, statements: 0 }),
     })
 }
 
@@ -727,6 +730,40 @@ fn pump(client: TcpStream, upstream: SocketAddr, wire: &Arc<Wire>) -> Res<()> {
 }
 
 /// `config` pointed at `addr` instead of its own host.
+/// `config` as a URL, for [`PgStore::connect`] (TCP hosts; user, password, database, options,
+/// application name).
+fn url_of(config: &postgres::Config) -> String {
+    fn enc(s: &str) -> String {
+        s.bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                    char::from(b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect()
+    }
+    let host = match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => "localhost".to_owned(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let user = config.get_user().map(enc).unwrap_or_default();
+    let password = config.get_password().map(|p| format!(":{}", enc(&String::from_utf8_lossy(p)))).unwrap_or_default();
+    let at = if user.is_empty() { String::new() } else { format!("{user}{password}@") };
+    let db = config.get_dbname().map(enc).unwrap_or_default();
+    let mut query = Vec::new();
+    if let Some(options) = config.get_options() {
+        query.push(format!("options={}", enc(options)));
+    }
+    if let Some(app) = config.get_application_name() {
+        query.push(format!("application_name={}", enc(app)));
+    }
+    let q = if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
+    format!("postgres://{at}{host}:{port}/{db}{q}")
+}
+
 fn via(config: &postgres::Config, addr: SocketAddr, application: &str) -> postgres::Config {
     let mut c = postgres::Config::new();
     c.host(&addr.ip().to_string()).port(addr.port()).application_name(application);
@@ -1031,7 +1068,7 @@ fn sweep_section(o: &Opts) -> Res<()> {
     for (tag, rows, stride) in [("big", o.rows, big_stride), ("small", o.expired, 1)] {
         let schema = Schema::new(&o.url, &format!("sweep_{tag}"))?;
         let store = schema.store()?;
-        let loaded_in = load(&mut store.client(), rows, stride)?;
+        let loaded_in = load(&mut postgres::Client::connect(&schema.url, postgres::NoTls)?, rows, stride)?;
         let label = format!("{rows} runs, {} expired", o.expired);
         println!("loaded {label} in {:.1} s", loaded_in.as_secs_f64());
         let writes_url =
@@ -1055,7 +1092,7 @@ fn sweep_section(o: &Opts) -> Res<()> {
         for k in 0..tables.len() {
             let table = &mut tables[(k + round) % 2];
             if round > 0 {
-                reset(&mut table.store.client(), table.stride)?;
+                reset(&mut postgres::Client::connect(&table.schema.url, postgres::NoTls)?, table.stride)?;
             }
             let scans = scan_times(table, o.scan_reps)?;
             table.scans_ms.extend(scans);
@@ -1080,7 +1117,7 @@ fn sweep_section(o: &Opts) -> Res<()> {
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for t in &mut tables {
-        let sizes = t.store.client().query_one(
+        let sizes = postgres::Client::connect(&t.schema.url, postgres::NoTls)?.query_one(
             "SELECT pg_size_pretty(pg_table_size('agent_runs')), \
              pg_size_pretty(pg_relation_size('idx_agent_runs_lease_sweep'))",
             &[],

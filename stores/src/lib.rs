@@ -21,7 +21,9 @@
 //!   [`heart_fleet_core::sql::receipt_insert`]) and [`AnyStore::verify_receipts`].
 //!
 //! SQLite files are opened in WAL mode with a busy timeout, so several processes can share
-//! one file. Every statement failure is a [`StoreError`]: never a panic, never a silent miss.
+//! one file; [`open`] looks at a file read-only first and changes nothing in a file whose
+//! schema is not ours (only [`connect`], for [`migrate`], and [`open_migrated`] write to it).
+//! Every statement failure is a [`StoreError`]: never a panic, never a silent miss.
 //!
 //! The drivers live here, never in the core, so the core's dependency tree holds no
 //! database crate.
@@ -33,8 +35,6 @@ pub mod sqlite;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
-use std::time::Duration;
 
 use heart_fleet_core::sql::{self, Dialect, SqlRow, Statement};
 use heart_fleet_core::{InstanceRow, IntentRow, LeaseStore, RunRow, StoreAnswer, StoreError, StoreRequest};
@@ -53,8 +53,7 @@ pub use heart_fleet_core::sql::MIGRATIONS_TABLE;
 pub const REQUIRED_TABLES: [&str; 5] =
     ["agent_runs", "agent_instances", "effect_intents", "outbox_dispatch_log", "heart_receipts"];
 
-/// How long connecting to PostgreSQL may take when the URL sets no `connect_timeout`.
-pub const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub use pg::{DEFAULT_STATEMENT_TIMEOUT, PG_CONNECT_TIMEOUT, PgOptions};
 
 pub(crate) fn failed(what: &str, e: impl fmt::Display) -> StoreError {
     StoreError(format!("{what}: {e}"))
@@ -99,16 +98,164 @@ impl StoreTarget {
     }
 }
 
-/// A URL with its password replaced by `****`, for messages.
+/// What a redacted credential is replaced with.
+const MASK: &str = "****";
+
+/// A store URL, or a libpq key/value connection string, with every credential replaced by
+/// `****`, for messages, reports and logs:
+///
+/// * the password of the URL's userinfo (`postgres://user:****@host/db`; a password with an
+///   unencoded `@`, `/` or `?` is hidden whole);
+/// * the value of every query parameter whose name is a secret (`?password=****`,
+///   `sslpassword=****`; any name containing `password`, `secret` or `token`, or `pass`,
+///   `passwd`, `pwd`, matched case-insensitively and after percent-decoding);
+/// * the same parameters in a key/value string (`host=h password=****`, a quoted value
+///   `password='…'` whole, backslash escapes included).
+///
+/// Everything else is kept as written. Where the text is ambiguous, more is hidden, never less.
 pub fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else { return url.to_owned() };
-    let rest = &url[scheme_end + 3..];
-    let Some(at) = rest.find('@') else { return url.to_owned() };
-    let userinfo = &rest[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!("{}{}:****{}", &url[..scheme_end + 3], &userinfo[..colon], &rest[at..]),
-        None => url.to_owned(),
+    match url.find("://") {
+        Some(i) => redact_url(&url[..i + 3], &url[i + 3..]),
+        None => redact_key_values(url),
     }
+}
+
+/// Whether a parameter name names a credential.
+fn is_secret_key(key: &str) -> bool {
+    let key = percent_decode(key).trim().to_ascii_lowercase();
+    ["password", "secret", "token"].iter().any(|s| key.contains(s)) || matches!(key.as_str(), "pass" | "passwd" | "pwd")
+}
+
+/// `%XX` escapes decoded (URL query keys and values).
+pub(crate) fn percent_decode(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        let hex =
+            b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (c, hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            _ => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `scheme` is `postgres://` (…), `rest` what follows it.
+fn redact_url(scheme: &str, rest: &str) -> String {
+    let query_at = rest.find('?');
+    let before_query = &rest[..query_at.unwrap_or(rest.len())];
+    // The userinfo ends at the last '@' before the query; a '?' in an unencoded password
+    // moves that '@' behind it (no parameter, `=` or `&`, stands between them then).
+    let at = before_query.rfind('@').or_else(|| {
+        let q = query_at?;
+        let a = q + rest[q..].find('@')?;
+        (!rest[q..a].contains(['=', '&'])).then_some(a)
+    });
+    let (userinfo, after) = match at {
+        Some(a) => (&rest[..a], &rest[a..]),
+        None => ("", rest),
+    };
+    let mut out = String::from(scheme);
+    match userinfo.split_once(':') {
+        Some((user, _password)) => {
+            out.push_str(user);
+            out.push(':');
+            out.push_str(MASK);
+        }
+        None => out.push_str(userinfo),
+    }
+    match after.split_once('?') {
+        Some((path, query)) => {
+            out.push_str(path);
+            out.push('?');
+            out.push_str(&redact_query(query));
+        }
+        None => out.push_str(after),
+    }
+    out
+}
+
+/// `a=1&password=****`: a piece without `=` right after a secret is hidden too (an
+/// unencoded `&` inside the secret).
+fn redact_query(query: &str) -> String {
+    let mut after_secret = false;
+    let parts: Vec<String> = query
+        .split('&')
+        .map(|part| match part.split_once('=') {
+            Some((key, _)) if is_secret_key(key) => {
+                after_secret = true;
+                format!("{key}={MASK}")
+            }
+            None if after_secret => MASK.to_owned(),
+            _ => {
+                after_secret = false;
+                part.to_owned()
+            }
+        })
+        .collect();
+    parts.join("&")
+}
+
+/// libpq's `key=value key='quoted value'` form (spaces around `=` allowed, `\` escapes).
+fn redact_key_values(text: &str) -> String {
+    let b = text.as_bytes();
+    let at = |i: usize| b.get(i).copied();
+    let skip_space = |mut i: usize| {
+        while at(i).is_some_and(|c| c.is_ascii_whitespace()) {
+            i += 1;
+        }
+        i
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        let start = skip_space(i);
+        out.push_str(&text[i..start]);
+        // Every index below stops at an ASCII byte or at the end: a char boundary.
+        let mut key_end = start;
+        while at(key_end).is_some_and(|c| c != b'=' && !c.is_ascii_whitespace()) {
+            key_end += 1;
+        }
+        let eq = skip_space(key_end);
+        if at(eq) != Some(b'=') {
+            // A word that is no `key=`: kept (the loop goes on after it).
+            out.push_str(&text[start..key_end]);
+            i = key_end.max(start + 1).min(b.len());
+            continue;
+        }
+        let value = skip_space(eq + 1);
+        let mut end = value;
+        if at(value) == Some(b'\'') {
+            end += 1;
+            while let Some(c) = at(end) {
+                end += if c == b'\\' { 2 } else { 1 };
+                if c == b'\'' {
+                    break;
+                }
+            }
+        } else {
+            while let Some(c) = at(end).filter(|c| !c.is_ascii_whitespace()) {
+                end += if c == b'\\' { 2 } else { 1 };
+            }
+        }
+        let end = end.min(b.len());
+        out.push_str(&text[start..value]);
+        if is_secret_key(&text[start..key_end]) {
+            out.push_str(MASK);
+        } else {
+            out.push_str(&text[value..end]);
+        }
+        i = end;
+    }
+    out
 }
 
 /// Why a store could not be opened. Each displays as one line naming the problem.
@@ -176,21 +323,32 @@ impl LeaseStore for AnyStore {
 pub fn open(url: &str) -> Result<AnyStore, StoreOpenError> {
     let target = StoreTarget::parse(url)?;
     let shown = redact(url);
-    if let StoreTarget::SqliteFile(path) = &target
-        && !path.exists()
-    {
-        if parent_exists(path) {
-            return Err(StoreOpenError::NotMigrated { url: shown, missing: "database file".into() });
+    if let StoreTarget::SqliteFile(path) = &target {
+        if !path.exists() {
+            if parent_exists(path) {
+                return Err(StoreOpenError::NotMigrated { url: shown, missing: "database file".into() });
+            }
+            return Err(unreachable_dir(&shown, path));
         }
-        return Err(unreachable_dir(&shown, path));
+        // Read-only until the schema is known to be ours: the read-write open below switches
+        // the file to WAL mode, so a command that then failed on another application's file
+        // would have changed it. Looked at read-only, that file stays byte for byte as it was.
+        let probe = SqliteStore::open_read_only(path)
+            .map(AnyStore::Sqlite)
+            .map_err(|e| StoreOpenError::Unreachable { url: shown.clone(), reason: e.0 })?;
+        drop(schema_checked(probe, &shown)?);
     }
-    let mut store = connect_target(&target, &shown, false)?;
-    if let Some(missing) =
-        store.missing_schema().map_err(|e| StoreOpenError::Unreachable { url: shown.clone(), reason: e.0 })?
-    {
-        return Err(StoreOpenError::NotMigrated { url: shown, missing });
+    let store = connect_target(&target, &shown, false)?;
+    schema_checked(store, &shown)
+}
+
+/// `store`, if its schema is complete; else [`StoreOpenError::NotMigrated`] naming what is missing.
+fn schema_checked(mut store: AnyStore, shown: &str) -> Result<AnyStore, StoreOpenError> {
+    match store.missing_schema() {
+        Ok(None) => Ok(store),
+        Ok(Some(missing)) => Err(StoreOpenError::NotMigrated { url: shown.to_owned(), missing }),
+        Err(e) => Err(StoreOpenError::Unreachable { url: shown.to_owned(), reason: e.0 }),
     }
-    Ok(store)
 }
 
 /// Connects to the store at `url` without checking the schema (a SQLite file is created
@@ -230,35 +388,8 @@ fn connect_target(target: &StoreTarget, shown: &str, create: bool) -> Result<Any
     match target {
         StoreTarget::SqliteMemory => SqliteStore::open_in_memory().map(AnyStore::Sqlite).map_err(unreachable),
         StoreTarget::SqliteFile(path) => SqliteStore::open(path, create).map(AnyStore::Sqlite).map_err(unreachable),
-        StoreTarget::Postgres(url) => {
-            let mut config = postgres::Config::from_str(url)
-                .map_err(|e| StoreOpenError::Unreachable { url: shown.to_owned(), reason: e.to_string() })?;
-            if config.get_connect_timeout().is_none() {
-                config.connect_timeout(PG_CONNECT_TIMEOUT);
-            }
-            config
-                .connect(postgres::NoTls)
-                .map(|c| AnyStore::Postgres(PgStore::new(c)))
-                .map_err(|e| StoreOpenError::Unreachable { url: shown.to_owned(), reason: pg_reason(&e) })
-        }
+        StoreTarget::Postgres(url) => PgStore::connect(url).map(AnyStore::Postgres).map_err(unreachable),
     }
-}
-
-/// The most useful one-line text of a PostgreSQL error (the server's message when there is one).
-fn pg_reason(e: &postgres::Error) -> String {
-    let text = match e.as_db_error() {
-        Some(db) => db.message().to_owned(),
-        None => {
-            let mut text = e.to_string();
-            let mut source = std::error::Error::source(e);
-            while let Some(s) = source {
-                text = format!("{text}: {s}");
-                source = s.source();
-            }
-            text
-        }
-    };
-    text.replace('\n', " ")
 }
 
 /// A migration and whether this call applied it (`false`: it was already recorded).
@@ -282,30 +413,32 @@ pub fn migrate(store: &mut AnyStore) -> Result<Vec<MigrationStatus>, StoreError>
     for (name, script) in plan.migrations {
         let applied = match store {
             AnyStore::Sqlite(s) => s.transaction(|conn| {
-                conn.execute_batch(plan.create_record_table).map_err(|e| failed("sqlite migrations table", e))?;
-                let seen: i64 = conn
-                    .query_row(plan.is_applied, [name], |r| r.get(0))
-                    .map_err(|e| failed("sqlite migrations table", e))?;
+                // sqlite::reason: the database's one-line message, never the whole script.
+                let table = |e: rusqlite::Error| failed("sqlite migrations table", sqlite::reason(&e));
+                conn.execute_batch(plan.create_record_table).map_err(table)?;
+                let seen: i64 = conn.query_row(plan.is_applied, [name], |r| r.get(0)).map_err(table)?;
                 if seen > 0 {
                     return Ok(false);
                 }
-                conn.execute_batch(script).map_err(|e| failed(&format!("migration {name}"), e))?;
-                conn.execute(plan.record, [name]).map_err(|e| failed("sqlite migrations table", e))?;
+                conn.execute_batch(script).map_err(|e| failed(&format!("migration {name}"), sqlite::reason(&e)))?;
+                conn.execute(plan.record, [name]).map_err(table)?;
                 Ok(true)
             })?,
-            AnyStore::Postgres(s) => s.transaction(|client| {
+            AnyStore::Postgres(s) => s.transaction(|tx| {
+                let named = |sql: &str| Statement {
+                    sql: sql.to_owned(),
+                    params: vec![sql::SqlParam::Text((*name).to_owned())],
+                };
                 for step in plan.lock.iter().chain([&plan.create_record_table]) {
-                    client.batch_execute(step).map_err(|e| failed("postgres migrations table", pg_reason(&e)))?;
+                    tx.batch(step).map_err(|e| failed("postgres migrations table", e))?;
                 }
-                let seen: i32 = client
-                    .query_one(plan.is_applied, &[name])
-                    .and_then(|r| r.try_get(0))
-                    .map_err(|e| failed("postgres migrations table", pg_reason(&e)))?;
-                if seen > 0 {
+                let rows = tx.query(&named(plan.is_applied)).map_err(|e| failed("postgres migrations table", e))?;
+                let seen = rows.first().and_then(|r| r.first()).is_some_and(|(_, v)| *v != sql::SqlValue::Int(0));
+                if seen {
                     return Ok(false);
                 }
-                client.batch_execute(script).map_err(|e| failed(&format!("migration {name}"), pg_reason(&e)))?;
-                client.execute(plan.record, &[name]).map_err(|e| failed("postgres migrations table", pg_reason(&e)))?;
+                tx.batch(script).map_err(|e| failed(&format!("migration {name}"), e))?;
+                tx.query(&named(plan.record)).map_err(|e| failed("postgres migrations table", e))?;
                 Ok(true)
             })?,
         };
@@ -396,7 +529,7 @@ pub enum Tx<'a> {
     /// Inside `BEGIN IMMEDIATE` on SQLite.
     Sqlite(&'a rusqlite::Connection),
     /// Inside `BEGIN` on PostgreSQL.
-    Postgres(&'a mut postgres::Client),
+    Postgres(&'a mut pg::PgTx<'a>),
 }
 
 impl Tx<'_> {
@@ -423,7 +556,7 @@ impl Tx<'_> {
                     .collect::<Result<Vec<_>, _>>()?;
                 sqlite::query(conn, &stmt.sql, params)
             }
-            Tx::Postgres(client) => pg::query(client, stmt),
+            Tx::Postgres(tx) => tx.query(stmt),
         }
     }
 }
@@ -435,7 +568,69 @@ impl AnyStore {
     pub fn transaction<T>(&mut self, f: impl FnOnce(&mut Tx<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
         match self {
             AnyStore::Sqlite(s) => s.transaction(|conn| f(&mut Tx::Sqlite(conn))),
-            AnyStore::Postgres(s) => s.transaction(|client| f(&mut Tx::Postgres(client))),
+            AnyStore::Postgres(s) => s.transaction(|tx| {
+                let mut tx = tx.reborrow();
+                f(&mut Tx::Postgres(&mut tx))
+            }),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod redact_tests {
+    use super::redact;
+
+    #[test]
+    fn the_userinfo_password_is_hidden() {
+        assert_eq!(redact("postgres://u:pw@host/db"), "postgres://u:****@host/db");
+        assert_eq!(redact("postgresql://heart:s3cret@127.0.0.1:5432/db"), "postgresql://heart:****@127.0.0.1:5432/db");
+        assert_eq!(redact("postgres://u@host/db"), "postgres://u@host/db");
+        assert_eq!(redact("postgres://host:5432/db"), "postgres://host:5432/db");
+        assert_eq!(redact("postgres://u:p%40ss@h1:5432,h2:5433/db"), "postgres://u:****@h1:5432,h2:5433/db");
+        // Unencoded '@', '/' and '?' inside the password: hidden whole.
+        assert_eq!(redact("postgres://u:p@ss@host/db"), "postgres://u:****@host/db");
+        assert_eq!(redact("postgres://u:pa/ss@host/db"), "postgres://u:****@host/db");
+        assert_eq!(redact("postgres://u:pa?ss@host/db"), "postgres://u:****@host/db");
+        assert_eq!(redact("postgres://u:@host/db"), "postgres://u:****@host/db");
+    }
+
+    #[test]
+    fn secret_parameters_are_hidden() {
+        assert_eq!(redact("postgres://u@host/db?password=hunter2"), "postgres://u@host/db?password=****");
+        assert_eq!(
+            redact("postgres://u:a@h/db?sslmode=require&sslpassword=k3y&application_name=x"),
+            "postgres://u:****@h/db?sslmode=require&sslpassword=****&application_name=x"
+        );
+        assert_eq!(redact("postgres://h/db?PassWord=x&Pass%77ord=y"), "postgres://h/db?PassWord=****&Pass%77ord=****");
+        assert_eq!(redact("postgres://h/db?password=a&b&c=d"), "postgres://h/db?password=****&****&c=d");
+        assert_eq!(redact("postgres://h/db?password=a#b"), "postgres://h/db?password=****");
+        assert_eq!(
+            redact("postgres://h/db?api_token=t&client_secret=s"),
+            "postgres://h/db?api_token=****&client_secret=****"
+        );
+        let kept = "postgres://h/db?options=-csearch_path%3Dx&connect_timeout=3";
+        assert_eq!(redact(kept), kept);
+        // An '@' in a parameter is no userinfo.
+        let at = "postgres://h/db?application_name=a@b";
+        assert_eq!(redact(at), at);
+    }
+
+    #[test]
+    fn key_value_strings_are_hidden() {
+        assert_eq!(redact("host=h port=1 password=hunter2 user=u"), "host=h port=1 password=**** user=u");
+        assert_eq!(redact("host=h password = 'hunter 2' user=u"), "host=h password = **** user=u");
+        assert_eq!(redact(r"password='it\'s secret' dbname=d"), "password=**** dbname=d");
+        assert_eq!(redact(r"password=a\ b sslpassword=c"), "password=**** sslpassword=****");
+        assert_eq!(redact("password='unterminated secret"), "password=****");
+        assert_eq!(redact("password="), "password=****");
+        assert_eq!(redact("host=ĥost password=pässwörd\\é"), "host=ĥost password=****");
+        assert_eq!(redact("sqlite:/tmp/fleet.db"), "sqlite:/tmp/fleet.db");
+        assert_eq!(redact("just some words"), "just some words");
+        assert_eq!(redact(""), "");
+        for text in ["\\", "'", "=", "==", "a='", "é=\\é", "password=\\", "x = ", "  =  '\\"] {
+            let _ = redact(text); // never panics on odd input
+        }
+        assert!(!redact("password=\\").contains('\\'));
     }
 }

@@ -1,56 +1,183 @@
-//! [`PgStore`]: a [`LeaseStore`] over one PostgreSQL connection (the sync `postgres` crate).
+//! [`PgStore`]: a [`LeaseStore`] over a PostgreSQL connection (tokio-postgres, driven by a
+//! private single-threaded runtime, so the store is synchronous like the core's drivers).
 //!
 //! Each request is the one statement [`sql::render`] returns, run in autocommit (READ
 //! COMMITTED, the default), then [`sql::decode`]. The statement evaluates the store's clock
 //! itself (`clock_timestamp()`), so worker clock skew cannot break exclusion.
 //!
-//! Statements are prepared once per connection and kept by their SQL text (at most
-//! [`STATEMENT_CACHE`] of them): values are bound parameters, so a request shape renders the
-//! same text every time and the set of texts is small. After the first execution of a shape,
-//! a request is one round trip (Bind/Execute/Sync), and the server plans it from its cache
-//! instead of parsing and planning a 2–3 KB statement again.
+//! # Deadlines
+//!
+//! Connecting is bounded by the URL's `connect_timeout` (default [`PG_CONNECT_TIMEOUT`]);
+//! every statement by a client-side deadline ([`PgOptions::statement_timeout`], URL
+//! parameter `heart_statement_timeout_ms`, default [`DEFAULT_STATEMENT_TIMEOUT`]). A server
+//! that stops answering (frozen, partitioned) cannot hang a worker: past the deadline the
+//! store asks the server to cancel the statement (best-effort, one second), drops the
+//! connection, and the request fails with a [`StoreError`] naming what timed out. A cancelled
+//! statement did not happen; one the server could not be asked about may still land, and the
+//! recovery paths resolve it (a lease nobody holds a token for expires and is swept).
+//!
+//! # Lost connections
+//!
+//! A request whose connection was lost (killed backend, server restart, network, deadline)
+//! fails; the store never retries it, because a write whose outcome is unknown must be left to
+//! the recovery paths (the sweep, the reconciler). The **next** request connects again. So
+//! session state must come from the URL (`options=-csearch_path%3D…`), never from `SET`.
+//!
+//! # Prepared statements and poolers
+//!
+//! On a direct connection statements are prepared once per connection and kept by their SQL
+//! text (at most [`STATEMENT_CACHE`]): values are bound parameters, so a request shape renders
+//! the same text every time, and after the first execution a request is one round trip.
+//! Behind a transaction pooler (PgBouncer in `pool_mode = transaction`, Supabase's pooled
+//! connection string) consecutive statements may reach different server connections, so named
+//! prepared statements do not survive: set `pgbouncer=true` in the URL ([`PgOptions::pooler`])
+//! and every statement goes out unnamed with its parameter types (`query_typed`), and
+//! migrations take only a transaction-scoped advisory lock. A pooler cannot be detected from
+//! the client side; the mode must be chosen.
+//!
+//! # TLS
+//!
+//! `sslmode=require`, `verify-ca` or `verify-full`: TLS or fail (`disable` and `prefer`, the
+//! default, connect without TLS, as this store always did). TLS is rustls: the server's
+//! certificate is always verified, against the Mozilla roots (`webpki-roots`) plus the
+//! PEM certificates of `sslrootcert=PATH` (a private CA or a self-signed server), and its
+//! name against the host. (libpq's `require` alone does not verify; here it does: a lease
+//! layer's credentials should not go to an impostor.)
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use heart_fleet_core::sql::{self, Dialect, SqlParam, SqlRow, SqlValue, Statement};
 use heart_fleet_core::{LeaseStore, StoreAnswer, StoreError, StoreRequest};
-use postgres::types::{ToSql, Type};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, Config, Row};
 
 use crate::failed;
 
-/// A [`LeaseStore`] over a PostgreSQL connection. Cloning shares the connection (the
-/// receipts-table sink writes through a clone between requests).
-#[derive(Clone)]
-pub struct PgStore {
-    client: Arc<Mutex<postgres::Client>>,
-    /// Prepared statements of `client`, by SQL text. Lock order: `client`, then this.
-    statements: Arc<Mutex<StatementCache>>,
-}
+/// How long connecting may take when the URL sets no `connect_timeout`.
+pub const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long one statement may take, client-side, by default.
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The most prepared statements a [`PgStore`] keeps per connection; when full, the cache is
 /// emptied (the fleet renders a few dozen distinct texts, so this is a backstop).
 pub const STATEMENT_CACHE: usize = 256;
 
-/// Prepared statements of one connection, by SQL text, cleared when full.
-#[derive(Default)]
-struct StatementCache {
-    by_sql: HashMap<String, postgres::Statement>,
+/// How a [`PgStore`] talks to its server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgOptions {
+    /// The client-side deadline of one statement (URL: `heart_statement_timeout_ms`).
+    pub statement_timeout: Duration,
+    /// No named prepared statements or session state, for a transaction pooler (URL:
+    /// `pgbouncer=true`).
+    pub pooler: bool,
 }
 
-impl StatementCache {
-    /// The prepared statement for `sql`, preparing it on `client` if it is not cached.
-    fn get(&mut self, client: &mut postgres::Client, sql: &str) -> Result<postgres::Statement, postgres::Error> {
-        if let Some(stmt) = self.by_sql.get(sql) {
-            return Ok(stmt.clone());
-        }
-        let stmt = client.prepare(sql)?;
-        if self.by_sql.len() >= STATEMENT_CACHE {
-            self.by_sql.clear();
-        }
-        self.by_sql.insert(sql.to_owned(), stmt.clone());
-        Ok(stmt)
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions { statement_timeout: DEFAULT_STATEMENT_TIMEOUT, pooler: false }
     }
+}
+
+/// A parsed PostgreSQL URL: the driver's configuration, ours, and the TLS roots.
+struct Target {
+    config: Config,
+    options: PgOptions,
+    /// `sslrootcert`: extra PEM roots.
+    root_cert: Option<String>,
+}
+
+/// Splits our parameters (`pgbouncer`, `heart_statement_timeout_ms`, `sslrootcert`, and
+/// `sslmode=verify-ca|verify-full`, which the driver does not parse) off `url` and parses the
+/// rest with the driver. Errors never contain the URL (it may hold a password).
+fn parse_target(url: &str) -> Result<Target, StoreError> {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, q),
+        None => (url, ""),
+    };
+    let mut options = PgOptions::default();
+    let mut root_cert = None;
+    let mut kept: Vec<&str> = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "pgbouncer" => {
+                options.pooler = match value {
+                    "true" | "1" => true,
+                    "false" | "0" => false,
+                    _ => return Err(StoreError("postgres URL: pgbouncer must be true or false".into())),
+                }
+            }
+            "heart_statement_timeout_ms" => {
+                let ms = value.parse::<u64>().ok().filter(|ms| (1..=86_400_000).contains(ms)).ok_or_else(|| {
+                    StoreError("postgres URL: heart_statement_timeout_ms must be milliseconds in 1..=86400000".into())
+                })?;
+                options.statement_timeout = Duration::from_millis(ms);
+            }
+            "sslrootcert" => root_cert = Some(crate::percent_decode(value)),
+            "sslmode" if value == "verify-ca" || value == "verify-full" => kept.push("sslmode=require"),
+            _ => kept.push(pair),
+        }
+    }
+    let driver_url = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
+    let mut config: Config = driver_url.parse().map_err(|e| StoreError(format!("postgres URL: {e}")))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(PG_CONNECT_TIMEOUT);
+    }
+    Ok(Target { config, options, root_cert })
+}
+
+/// The rustls connector: Mozilla's roots plus `root_cert`'s PEM certificates.
+fn tls_connector(root_cert: Option<&str>) -> Result<tokio_postgres_rustls::MakeRustlsConnect, StoreError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    if let Some(path) = root_cert {
+        let mut added = 0;
+        for cert in
+            CertificateDer::pem_file_iter(path).map_err(|e| StoreError(format!("postgres sslrootcert {path}: {e}")))?
+        {
+            let cert = cert.map_err(|e| StoreError(format!("postgres sslrootcert {path}: {e}")))?;
+            roots.add(cert).map_err(|e| StoreError(format!("postgres sslrootcert {path}: {e}")))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err(StoreError(format!("postgres sslrootcert {path}: no PEM certificate in the file")));
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| StoreError(format!("postgres TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+/// An open connection and its prepared statements.
+struct Live {
+    client: Client,
+    /// The task driving the connection; aborted when the connection is given up.
+    task: tokio::task::JoinHandle<()>,
+    statements: HashMap<String, tokio_postgres::Statement>,
+}
+
+/// The connection state of one store.
+struct Conn {
+    runtime: tokio::runtime::Runtime,
+    config: Config,
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+    options: PgOptions,
+    live: Option<Live>,
+}
+
+/// A [`LeaseStore`] over a PostgreSQL connection. Cloning shares the connection (the
+/// receipts-table sink writes through a clone between requests).
+#[derive(Clone)]
+pub struct PgStore {
+    conn: Arc<Mutex<Conn>>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -59,83 +186,311 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
+/// What went wrong with one statement.
+enum Failure {
+    /// The server answered with an error (the statement ran or was refused; the connection
+    /// is fine).
+    Db(tokio_postgres::Error),
+    /// The connection is unusable (lost, closed, or the deadline passed): it is dropped.
+    Lost(String),
+}
+
+impl Failure {
+    fn of(e: tokio_postgres::Error) -> Failure {
+        // The server ending the session (57P01 admin shutdown, 57P02 crash shutdown, 08xxx
+        // connection exceptions) is a lost connection too, though it comes as a server error.
+        let ends_session =
+            e.is_closed() || e.code().is_some_and(|c| c.code().starts_with("57P") || c.code().starts_with("08"));
+        if e.as_db_error().is_some() && !ends_session { Failure::Db(e) } else { Failure::Lost(pg_reason(&e)) }
+    }
+}
+
+/// The most useful one-line text of a PostgreSQL error: the server's message (and detail,
+/// hint) when there is one, else the driver's error with its causes.
+pub(crate) fn pg_reason(e: &tokio_postgres::Error) -> String {
+    let text = match e.as_db_error() {
+        Some(db) => {
+            let mut text = db.message().to_owned();
+            if let Some(detail) = db.detail() {
+                text = format!("{text} ({detail})");
+            }
+            if let Some(hint) = db.hint() {
+                text = format!("{text}; hint: {hint}");
+            }
+            text
+        }
+        None => {
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                text = format!("{text}: {s}");
+                source = s.source();
+            }
+            text
+        }
+    };
+    text.replace('\n', " ")
+}
+
+impl Conn {
+    /// The open connection, connecting first when there is none (or it was lost).
+    fn live(&mut self, what: &str) -> Result<&mut Live, StoreError> {
+        if self.live.as_ref().is_some_and(|l| l.client.is_closed()) {
+            self.drop_live();
+        }
+        if self.live.is_none() {
+            let live = self.connect().map_err(|reason| StoreError(format!("{what}: postgres connect: {reason}")))?;
+            self.live = Some(live);
+        }
+        self.live.as_mut().ok_or_else(|| StoreError(format!("{what}: postgres: no connection")))
+    }
+
+    fn connect(&self) -> Result<Live, String> {
+        let limit = self.config.get_connect_timeout().copied().unwrap_or(PG_CONNECT_TIMEOUT);
+        let config = self.config.clone();
+        let tls = self.tls.clone();
+        // The driver's connect_timeout covers each address; this bounds the whole handshake.
+        let (client, task) = self.runtime.block_on(async move {
+            let connected = async {
+                match tls {
+                    Some(tls) => {
+                        let (client, connection) = config.connect(tls).await?;
+                        Ok::<_, tokio_postgres::Error>((client, tokio::spawn(async move { drop(connection.await) })))
+                    }
+                    None => {
+                        let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+                        Ok((client, tokio::spawn(async move { drop(connection.await) })))
+                    }
+                }
+            };
+            match tokio::time::timeout(limit + Duration::from_secs(1), connected).await {
+                Ok(Ok(pair)) => Ok(pair),
+                Ok(Err(e)) => Err(pg_reason(&e)),
+                Err(_) => Err(format!("no answer within {} ms", limit.as_millis())),
+            }
+        })?;
+        Ok(Live { client, task, statements: HashMap::new() })
+    }
+
+    /// Asks the server, best-effort and briefly, to cancel the statement that missed its
+    /// deadline, so that a server that is merely slow (a lock wait) does not apply it after
+    /// the client gave up. A server that does not answer cannot be asked: that statement's
+    /// outcome stays unknown, for the recovery paths.
+    fn cancel_in_flight(&self) {
+        let Some(live) = self.live.as_ref() else { return };
+        let token = live.client.cancel_token();
+        let tls = self.tls.clone();
+        let _ = self.runtime.block_on(async {
+            tokio::time::timeout(Duration::from_secs(1), async {
+                match tls {
+                    Some(tls) => token.cancel_query(tls).await,
+                    None => token.cancel_query(tokio_postgres::NoTls).await,
+                }
+            })
+            .await
+        });
+    }
+
+    fn drop_live(&mut self) {
+        if let Some(live) = self.live.take() {
+            live.task.abort();
+        }
+    }
+
+    /// Runs `f` on the connection within the statement deadline. A lost connection (or a
+    /// missed deadline) is dropped, so the next call connects again; the failed call is not
+    /// retried.
+    fn run<T>(
+        &mut self,
+        what: &str,
+        f: impl AsyncFnOnce(&mut Live, PgOptions) -> Result<T, Failure>,
+    ) -> Result<T, StoreError> {
+        let options = self.options;
+        let limit = options.statement_timeout;
+        self.live(what)?;
+        let Conn { runtime, live, .. } = self;
+        let Some(live) = live.as_mut() else { return Err(StoreError(format!("{what}: postgres: no connection"))) };
+        let outcome = runtime.block_on(async { tokio::time::timeout(limit, f(live, options)).await });
+        match outcome {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(Failure::Db(e))) => Err(StoreError(format!("{what}: {}", pg_reason(&e)))),
+            Ok(Err(Failure::Lost(reason))) => {
+                self.drop_live();
+                Err(StoreError(format!("{what}: postgres connection lost: {reason}")))
+            }
+            Err(_) => {
+                self.cancel_in_flight();
+                self.drop_live();
+                Err(StoreError(format!(
+                    "{what}: postgres: no answer within {} ms (heart_statement_timeout_ms); the connection was dropped",
+                    limit.as_millis()
+                )))
+            }
+        }
+    }
+}
+
+/// One bound parameter: its driver value and its type.
+type Param = (Box<dyn ToSql + Sync + Send>, Type);
+
+/// The parameters of `stmt` as driver values, with their types.
+fn params(stmt: &Statement) -> Result<Vec<Param>, StoreError> {
+    let mut params: Vec<Param> = Vec::with_capacity(stmt.params.len());
+    for p in &stmt.params {
+        params.push(match p {
+            SqlParam::Int(n) => (Box::new(*n), Type::INT8),
+            SqlParam::Text(t) => (Box::new(t.clone()), Type::TEXT),
+            SqlParam::Now => return Err(StoreError("postgres: SqlParam::Now in a PostgreSQL statement".into())),
+        });
+    }
+    Ok(params)
+}
+
+/// Whether `e` says a prepared statement is gone or unusable before it ran (SQLSTATE 26000,
+/// `invalid_sql_statement_name`; 0A000 `cached plan must not change result type`).
+fn is_stale(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| {
+        *c == tokio_postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME
+            || (*c == tokio_postgres::error::SqlState::FEATURE_NOT_SUPPORTED && e.to_string().contains("cached plan"))
+    })
+}
+
+/// One statement on `live`: unnamed and typed behind a pooler, else through the
+/// connection's prepared-statement cache (a cached statement the server no longer knows, or
+/// whose result type changed with the schema, fails without having run: it is prepared again
+/// and run once more).
+async fn query_on(live: &mut Live, options: PgOptions, stmt: &Statement) -> Result<Vec<Row>, Failure> {
+    let params = params(stmt).map_err(|e| Failure::Lost(e.0))?;
+    if options.pooler {
+        let typed: Vec<(&(dyn ToSql + Sync), Type)> =
+            params.iter().map(|(v, t)| (v.as_ref() as &(dyn ToSql + Sync), t.clone())).collect();
+        return live.client.query_typed(&stmt.sql, &typed).await.map_err(Failure::of);
+    }
+    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| v.as_ref() as &(dyn ToSql + Sync)).collect();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let prepared = match live.statements.get(&stmt.sql) {
+            Some(s) => s.clone(),
+            None => {
+                let s = live.client.prepare(&stmt.sql).await.map_err(Failure::of)?;
+                if live.statements.len() >= STATEMENT_CACHE {
+                    live.statements.clear();
+                }
+                live.statements.insert(stmt.sql.clone(), s.clone());
+                s
+            }
+        };
+        match live.client.query(&prepared, &refs).await {
+            Err(e) if attempts == 1 && is_stale(&e) => {
+                live.statements.remove(&stmt.sql);
+            }
+            other => return other.map_err(Failure::of),
+        }
+    }
+}
+
 impl PgStore {
-    /// A store over `client`, whose `search_path` leads to a migrated schema
-    /// ([`sql::migrations`]`(Dialect::Postgres)`).
-    pub fn new(client: postgres::Client) -> PgStore {
-        PgStore { client: Arc::new(Mutex::new(client)), statements: Arc::default() }
-    }
-
-    /// Connects to `url` (`postgres://USER:PASSWORD@HOST:PORT/DB`, libpq-style parameters such
-    /// as `?options=-csearch_path%3Dmy_schema` allowed), without TLS.
+    /// Connects to `url` (`postgres://USER:PASSWORD@HOST:PORT/DB?…`: libpq-style parameters
+    /// such as `options=-csearch_path%3Dmy_schema`, `sslmode`, `connect_timeout`, plus ours:
+    /// `pgbouncer=true`, `heart_statement_timeout_ms`, `sslrootcert`; see the module docs).
+    /// Fails when the server cannot be reached; later requests reconnect on their own.
     pub fn connect(url: &str) -> Result<PgStore, StoreError> {
-        postgres::Client::connect(url, postgres::NoTls).map(PgStore::new).map_err(|e| failed("postgres connect", e))
+        let target = parse_target(url)?;
+        // `prefer` (the driver's default) connects without TLS, as libpq's opportunistic mode
+        // would against a server without it; TLS is asked for with `require` / `verify-*`.
+        let tls = match target.config.get_ssl_mode() {
+            tokio_postgres::config::SslMode::Require => Some(tls_connector(target.root_cert.as_deref())?),
+            _ => None,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError(format!("postgres: cannot start the I/O runtime: {e}")))?;
+        let mut conn = Conn { runtime, config: target.config, tls, options: target.options, live: None };
+        conn.live("postgres")
+            .map_err(|e| StoreError(e.0.replacen("postgres: postgres connect", "postgres connect", 1)))?;
+        Ok(PgStore { conn: Arc::new(Mutex::new(conn)) })
     }
 
-    /// The connection (for seeding and inspecting rows). Do not hold it across a request.
-    pub fn client(&self) -> MutexGuard<'_, postgres::Client> {
-        self.client.lock().unwrap_or_else(PoisonError::into_inner)
+    fn conn(&self) -> MutexGuard<'_, Conn> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The options in force (from the URL).
+    pub fn options(&self) -> PgOptions {
+        self.conn().options
     }
 
     /// Runs one statement (`$n` placeholders) in autocommit and returns its rows. Columns
-    /// must be text, integers or booleans (cast anything else to text). Not cached (see
-    /// [`LeaseStore::execute`] for the cached path).
+    /// must be text, integers or booleans (cast anything else to text).
     pub fn query(&self, stmt: &Statement) -> Result<Vec<SqlRow>, StoreError> {
-        query(&mut self.client(), stmt)
-    }
-
-    /// Runs one statement through the connection's prepared-statement cache.
-    ///
-    /// A cached statement the server no longer knows (someone ran `DEALLOCATE` / `DISCARD
-    /// ALL` through [`PgStore::client`]) or can no longer use (its result type changed with the
-    /// schema) fails without having run; it is then dropped from the cache and prepared and
-    /// run once more.
-    fn query_cached(&self, stmt: &Statement) -> Result<Vec<SqlRow>, StoreError> {
-        let params = params(stmt)?;
-        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
-        let mut client = self.client();
-        let mut cache = self.statements.lock().unwrap_or_else(PoisonError::into_inner);
-        let prepared = cache.get(&mut client, &stmt.sql).map_err(|e| failed("postgres prepare", e))?;
-        let rows = match client.query(&prepared, &refs) {
-            Err(e) if is_stale(&e) => {
-                cache.by_sql.remove(&stmt.sql);
-                let prepared = cache.get(&mut client, &stmt.sql).map_err(|e| failed("postgres prepare", e))?;
-                client.query(&prepared, &refs)
-            }
-            other => other,
-        }
-        .map_err(|e| failed("postgres", e))?;
+        let rows = self.conn().run("postgres", async |live, options| query_on(live, options, stmt).await)?;
         sql_rows(&rows)
     }
 
     /// Runs a script of statements (simple query protocol, no rows).
     pub fn batch(&self, sql: &str) -> Result<(), StoreError> {
-        self.client().batch_execute(sql).map_err(|e| failed("postgres", e))
+        self.conn().run("postgres", async |live, _| live.client.batch_execute(sql).await.map_err(Failure::of))
     }
 
-    /// Runs `f` inside `BEGIN` … `COMMIT` (`ROLLBACK` when it fails).
-    pub fn transaction<T>(
-        &self,
-        f: impl FnOnce(&mut postgres::Client) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let mut client = self.client();
-        client.batch_execute("BEGIN").map_err(|e| failed("postgres begin", e))?;
-        let out = match f(&mut client) {
+    /// Runs `f` inside `BEGIN` … `COMMIT` (`ROLLBACK` when it fails), on one connection (so
+    /// behind a transaction pooler the whole transaction reaches one server connection).
+    pub fn transaction<T>(&self, f: impl FnOnce(&mut PgTx<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut conn = self.conn();
+        conn.run("postgres begin", async |live, _| live.client.batch_execute("BEGIN").await.map_err(Failure::of))?;
+        let mut tx = PgTx { conn: &mut conn };
+        let out = match f(&mut tx) {
             Ok(v) => v,
             Err(e) => {
-                let _ = client.batch_execute("ROLLBACK");
+                let _ = conn.run("postgres rollback", async |live, _| {
+                    live.client.batch_execute("ROLLBACK").await.map_err(Failure::of)
+                });
                 return Err(e);
             }
         };
-        if let Err(e) = client.batch_execute("COMMIT") {
-            let _ = client.batch_execute("ROLLBACK");
-            return Err(failed("postgres commit", e));
+        if let Err(e) =
+            conn.run("postgres commit", async |live, _| live.client.batch_execute("COMMIT").await.map_err(Failure::of))
+        {
+            let _ = conn.run("postgres rollback", async |live, _| {
+                live.client.batch_execute("ROLLBACK").await.map_err(Failure::of)
+            });
+            return Err(e);
         }
         Ok(out)
     }
+
+    /// Drops the connection now (the next request connects again): what a lost connection
+    /// does, for tests and for hosts that know the server went away.
+    pub fn disconnect(&self) {
+        self.conn().drop_live();
+    }
 }
 
-fn pg_value(row: &postgres::Row, i: usize, ty: &Type) -> Result<SqlValue, postgres::Error> {
+/// Statements inside [`PgStore::transaction`].
+pub struct PgTx<'a> {
+    conn: &'a mut Conn,
+}
+
+impl PgTx<'_> {
+    /// The same transaction, borrowed for a shorter time.
+    pub fn reborrow(&mut self) -> PgTx<'_> {
+        PgTx { conn: &mut *self.conn }
+    }
+
+    /// Runs one statement and returns its rows.
+    pub fn query(&mut self, stmt: &Statement) -> Result<Vec<SqlRow>, StoreError> {
+        let rows = self.conn.run("postgres", async |live, options| query_on(live, options, stmt).await)?;
+        sql_rows(&rows)
+    }
+
+    /// Runs a script of statements (simple query protocol, no rows).
+    pub fn batch(&mut self, sql: &str) -> Result<(), StoreError> {
+        self.conn.run("postgres", async |live, _| live.client.batch_execute(sql).await.map_err(Failure::of))
+    }
+}
+
+fn pg_value(row: &Row, i: usize, ty: &Type) -> Result<SqlValue, tokio_postgres::Error> {
     Ok(if *ty == Type::TEXT || *ty == Type::VARCHAR || *ty == Type::NAME {
         row.try_get::<_, Option<String>>(i)?.map_or(SqlValue::Null, SqlValue::Text)
     } else if *ty == Type::INT4 {
@@ -147,40 +502,8 @@ fn pg_value(row: &postgres::Row, i: usize, ty: &Type) -> Result<SqlValue, postgr
     })
 }
 
-/// Whether `e` says a prepared statement is gone or unusable before it ran (SQLSTATE 26000,
-/// `invalid_sql_statement_name`; 0A000 `cached plan must not change result type`).
-fn is_stale(e: &postgres::Error) -> bool {
-    e.code().is_some_and(|c| {
-        *c == postgres::error::SqlState::INVALID_SQL_STATEMENT_NAME
-            || (*c == postgres::error::SqlState::FEATURE_NOT_SUPPORTED && e.to_string().contains("cached plan"))
-    })
-}
-
-/// The parameters of `stmt` as driver values.
-fn params(stmt: &Statement) -> Result<Vec<Box<dyn ToSql + Sync>>, StoreError> {
-    let mut params: Vec<Box<dyn ToSql + Sync>> = Vec::with_capacity(stmt.params.len());
-    for p in &stmt.params {
-        params.push(match p {
-            SqlParam::Int(n) => Box::new(*n),
-            SqlParam::Text(t) => Box::new(t.clone()),
-            SqlParam::Now => return Err(StoreError("postgres: SqlParam::Now in a PostgreSQL statement".into())),
-        });
-    }
-    Ok(params)
-}
-
-/// Runs one statement on `client` and returns its rows as [`SqlRow`]s (prepared, run and
-/// closed: no cache).
-pub fn query(client: &mut postgres::Client, stmt: &Statement) -> Result<Vec<SqlRow>, StoreError> {
-    let params = params(stmt)?;
-    let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|b| b.as_ref()).collect();
-    let rows = client.query(&stmt.sql, &refs).map_err(|e| failed("postgres", e))?;
-    sql_rows(&rows)
-}
-
-/// Driver rows as [`SqlRow`]s (columns must be text, integers or booleans), for code that
-/// runs rendered statements through its own `postgres::Client` calls.
-pub fn sql_rows(rows: &[postgres::Row]) -> Result<Vec<SqlRow>, StoreError> {
+/// Driver rows as [`SqlRow`]s (columns must be text, integers or booleans).
+pub fn sql_rows(rows: &[Row]) -> Result<Vec<SqlRow>, StoreError> {
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let mut cells = Vec::with_capacity(row.len());
@@ -200,7 +523,39 @@ impl LeaseStore for PgStore {
         let [stmt] = stmts.as_slice() else {
             return Err(StoreError(format!("postgres: render gave {} statements, not one", stmts.len())));
         };
-        let rows = self.query_cached(stmt)?;
+        let rows = self.query(stmt)?;
         sql::decode(&req, Dialect::Postgres, vec![rows]).map_err(|e| failed("decode", e))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_url_parameters_are_split_off_and_checked() {
+        let t = parse_target(
+            "postgres://u:pw@127.0.0.1:6432/db?pgbouncer=true&heart_statement_timeout_ms=250&sslmode=verify-full&\
+             sslrootcert=%2Ftmp%2Fca.pem&connect_timeout=2",
+        )
+        .unwrap();
+        assert!(t.options.pooler);
+        assert_eq!(t.options.statement_timeout, Duration::from_millis(250));
+        assert_eq!(t.root_cert.as_deref(), Some("/tmp/ca.pem"));
+        assert_eq!(t.config.get_ssl_mode(), tokio_postgres::config::SslMode::Require);
+        assert_eq!(t.config.get_connect_timeout(), Some(&Duration::from_secs(2)));
+        let plain = parse_target("postgres://u@h/db").unwrap();
+        assert_eq!(plain.options, PgOptions::default());
+        assert_eq!(plain.config.get_connect_timeout(), Some(&PG_CONNECT_TIMEOUT));
+        for bad in
+            ["postgres://h/db?pgbouncer=yes", "postgres://h/db?heart_statement_timeout_ms=0", "postgres://h/db?nope=1"]
+        {
+            let e = parse_target(bad).err().unwrap().0;
+            assert!(e.starts_with("postgres URL: "), "{bad}: {e}");
+        }
+        // A driver error never echoes the URL (it may hold a password).
+        let e = parse_target("postgres://u:hunter2@h/db?nope=1").err().unwrap().0;
+        assert!(!e.contains("hunter2"), "{e}");
     }
 }

@@ -48,21 +48,31 @@ impl SqliteStore {
         if create {
             flags |= OpenFlags::SQLITE_OPEN_CREATE;
         }
-        let conn = Connection::open_with_flags(path, flags).map_err(|e| failed("sqlite open", e))?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| failed("sqlite busy timeout", e))?;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| sq("sqlite open", &e))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| sq("sqlite busy timeout", &e))?;
         let mode: String =
-            conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(|e| failed("sqlite WAL mode", e))?;
+            conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(|e| sq("sqlite WAL mode", &e))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError(format!("sqlite: the database refused WAL mode (journal mode {mode})")));
         }
         // WAL + NORMAL: a commit survives a crash of the process (not of the machine).
-        conn.execute_batch("PRAGMA synchronous = NORMAL").map_err(|e| failed("sqlite synchronous", e))?;
+        conn.execute_batch("PRAGMA synchronous = NORMAL").map_err(|e| sq("sqlite synchronous", &e))?;
+        Ok(SqliteStore::new(conn))
+    }
+
+    /// Opens the database file at `path` read-only, changing nothing in it (no journal mode,
+    /// no pragma, no write; only the connection's busy timeout is set): for looking at a
+    /// file's schema before it is known to be ours.
+    pub fn open_read_only(path: &Path) -> Result<SqliteStore, StoreError> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| sq("sqlite open", &e))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| sq("sqlite busy timeout", &e))?;
         Ok(SqliteStore::new(conn))
     }
 
     /// A private in-memory database (`sqlite::memory:`).
     pub fn open_in_memory() -> Result<SqliteStore, StoreError> {
-        Connection::open_in_memory().map(SqliteStore::new).map_err(|e| failed("sqlite open", e))
+        Connection::open_in_memory().map(SqliteStore::new).map_err(|e| sq("sqlite open", &e))
     }
 
     /// The connection (for seeding and inspecting rows). Do not hold it across a request.
@@ -79,13 +89,13 @@ impl SqliteStore {
 
     /// Runs a script of statements (no parameters, no rows).
     pub fn batch(&self, sql: &str) -> Result<(), StoreError> {
-        self.connection().execute_batch(sql).map_err(|e| failed("sqlite", e))
+        self.connection().execute_batch(sql).map_err(|e| sq("sqlite", &e))
     }
 
     /// Runs `f` inside `BEGIN IMMEDIATE` … `COMMIT` (`ROLLBACK` when it fails).
     pub fn transaction<T>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let conn = self.connection();
-        conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| failed("sqlite begin", e))?;
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| sq("sqlite begin", &e))?;
         let out = match f(&conn) {
             Ok(v) => v,
             Err(e) => {
@@ -96,10 +106,28 @@ impl SqliteStore {
         };
         if let Err(e) = conn.execute_batch("COMMIT") {
             let _ = conn.execute_batch("ROLLBACK");
-            return Err(failed("sqlite commit", e));
+            return Err(sq("sqlite commit", &e));
         }
         Ok(out)
     }
+}
+
+/// The one-line text of a SQLite error: the database's message, without the SQL it was
+/// about (a failed script would otherwise be quoted whole), on one line.
+pub fn reason(e: &rusqlite::Error) -> String {
+    let text = match e {
+        rusqlite::Error::SqlInputError { msg, .. } | rusqlite::Error::SqliteFailure(_, Some(msg)) => msg.clone(),
+        other => other.to_string(),
+    };
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(300) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
+    }
+}
+
+fn sq(what: &str, e: &rusqlite::Error) -> StoreError {
+    failed(what, reason(e))
 }
 
 fn params(ps: &[SqlParam], now: Option<&str>) -> Result<Vec<Value>, StoreError> {
@@ -116,14 +144,14 @@ fn params(ps: &[SqlParam], now: Option<&str>) -> Result<Vec<Value>, StoreError> 
 
 /// Runs one statement on `conn` and returns its rows as [`SqlRow`]s.
 pub fn query(conn: &Connection, stmt: &str, params: Vec<Value>) -> Result<Vec<SqlRow>, StoreError> {
-    let mut prepared = conn.prepare(stmt).map_err(|e| failed("sqlite prepare", e))?;
+    let mut prepared = conn.prepare(stmt).map_err(|e| sq("sqlite prepare", &e))?;
     let names: Vec<String> = prepared.column_names().iter().map(|s| (*s).to_owned()).collect();
-    let mut rows = prepared.query(rusqlite::params_from_iter(params)).map_err(|e| failed("sqlite query", e))?;
+    let mut rows = prepared.query(rusqlite::params_from_iter(params)).map_err(|e| sq("sqlite query", &e))?;
     let mut out = Vec::new();
-    while let Some(row) = rows.next().map_err(|e| failed("sqlite step", e))? {
+    while let Some(row) = rows.next().map_err(|e| sq("sqlite step", &e))? {
         let mut cells = Vec::with_capacity(names.len());
         for (i, name) in names.iter().enumerate() {
-            let v = match row.get_ref(i).map_err(|e| failed("sqlite column", e))? {
+            let v = match row.get_ref(i).map_err(|e| sq("sqlite column", &e))? {
                 ValueRef::Null => SqlValue::Null,
                 ValueRef::Integer(n) => SqlValue::Int(n),
                 ValueRef::Real(f) => SqlValue::Real(f),

@@ -565,9 +565,11 @@ fn sub_millisecond_expiries_are_reclaimed() {
          idempotency_key, created_by) VALUES ('{id}', gen_random_uuid(), 'o', 'running', 'w1', \
          '2020-01-02 03:04:00.123456+00', 0, 'k-sub-ms', 't')"
     ));
-    let mut client = Client::connect(&database_url().unwrap(), NoTls).unwrap();
-    client.batch_execute(&format!("SET search_path TO {}", db.schema)).unwrap();
-    let mut fleet = heart_fleet_core::HeartFleet::new(heart_fleet_sql_exec::PgStore::new(client));
+    let url = database_url().unwrap();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let store =
+        heart_fleet_sql_exec::PgStore::connect(&format!("{url}{sep}options=-csearch_path%3D{}", db.schema)).unwrap();
+    let mut fleet = heart_fleet_core::HeartFleet::new(store);
     let summary = fleet.reclaim_expired(10).unwrap();
     assert!(summary.errors.is_empty(), "{summary:?}");
     assert_eq!(summary.reclaimed_ids, vec![id.clone()], "{summary:?}");

@@ -124,7 +124,9 @@ impl StoreFixture for PgFixture {
         for (name, sql) in migrations(Dialect::Postgres) {
             client.batch_execute(&format!("BEGIN; {sql}\n; COMMIT;")).map_err(|e| err(name, e))?;
         }
-        Ok(PgStore::new(client))
+        // The store's own connection: the schema comes with the URL, so a reconnect keeps it.
+        let sep = if self.url.contains('?') { '&' } else { '?' };
+        PgStore::connect(&format!("{}{sep}options=-csearch_path%3D{schema}", self.url))
     }
 
     fn seed_run(&mut self, store: &mut PgStore, r: &RunRow) -> Result<(), StoreError> {
