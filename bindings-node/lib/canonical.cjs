@@ -11,9 +11,13 @@
 // `[1,,3]`), values that trip JSON.stringify itself (a toJSON that throws) and every error
 // go through `slowCanonicalize`, a direct transcription of the reference algorithm, so the
 // output and the error messages are the reference's in every case.
+//
+// A value may nest arrays and objects at most MAX_JSON_DEPTH (512, the core's limit) levels
+// deep: a deeper one is an invalid-input error at any depth, found by a bounded walk before
+// JSON.stringify or the reference algorithm could exhaust the stack on it.
 
 const native = require('./native.cjs');
-const { typeError, codedError, rethrowNative, isThenable } = require('./util.cjs');
+const { typeError, codedError, rethrowNative, isThenable, nesting, tooDeep, firstLine, messageOf, wellFormed, MAX_JSON_DEPTH } = require('./util.cjs');
 
 const DIGEST_PREFIX = 'sha256:dreamnet-sorted-json:v0:';
 
@@ -137,9 +141,11 @@ function plain(v, depth = 0) {
 
 /**
  * JSON text with the reference's canonical content (not yet sorted), or `null` when only
- * the slow path can handle the value.
+ * the slow path can handle the value. A value nested deeper than the core's MAX_JSON_DEPTH
+ * (512 levels of arrays and objects) is an invalid-input error here, before JSON.stringify
+ * or the reference algorithm could exhaust the stack on it.
  */
-function jsonText(value) {
+function jsonText(value, what = 'Canonical JSON Error') {
   switch (typeof value) {
     case 'undefined':
     case 'function':
@@ -148,8 +154,16 @@ function jsonText(value) {
       throw unsupported(typeof value);
     default:
   }
+  let fast;
   try {
-    return plain(value) ? JSON.stringify(value) : JSON.stringify(value, replacer);
+    fast = plain(value);
+  } catch {
+    return null;
+  }
+  // plain() is true only for values at most 257 levels deep.
+  if (!fast && nesting(value) === 'deep') throw tooDeep(what);
+  try {
+    return fast ? JSON.stringify(value) : JSON.stringify(value, replacer);
   } catch {
     return null;
   }
@@ -166,7 +180,10 @@ function canonicalize(value) {
   }
 }
 
-/** Lowercase hex SHA-256 of the UTF-8 bytes of a string (`sha256Hex`). */
+/**
+ * Lowercase hex SHA-256 of the UTF-8 bytes of a string (`sha256Hex`). A lone surrogate is
+ * encoded as U+FFFD, as the reference's TextEncoder does (Python's `sha256_hex` agrees).
+ */
 function sha256Hex(s) {
   if (typeof s !== 'string') throw typeError(`sha256Hex: the input must be a string, got ${typeof s}`);
   return native.sha256Hex(s);
@@ -202,6 +219,10 @@ function deterministicResourceId(kind, key) {
   if (typeof kind !== 'string' || typeof key !== 'string') {
     throw typeError('deterministicResourceId: kind and key must be strings');
   }
+  // An id: a lone surrogate has no UTF-8 form, so every runtime would hash something else.
+  if (!wellFormed(kind) || !wellFormed(key)) {
+    throw typeError('deterministicResourceId: kind and key must be well-formed strings (a lone surrogate is invalid UTF-16)');
+  }
   try {
     return native.deterministicResourceId(kind, key);
   } catch (e) {
@@ -212,6 +233,7 @@ function deterministicResourceId(kind, key) {
 /** `prefix + ":" + sha256Hex(canonicalize(identity))`: a deterministic effect key. */
 function effectKey(prefix, identity) {
   if (typeof prefix !== 'string') throw typeError(`effectKey: prefix must be a string, got ${typeof prefix}`);
+  if (!wellFormed(prefix)) throw typeError('effectKey: prefix must be a well-formed string (a lone surrogate is invalid UTF-16)');
   return prefix + ':' + canonicalSha256(identity);
 }
 
@@ -241,7 +263,7 @@ function verifyReceipt(receipt) {
 /** JSON text of a value for the core (payloads, evidence), with the canonical rules. */
 function toCoreJson(value, what) {
   if (value === undefined) return 'null';
-  const text = jsonText(value);
+  const text = jsonText(value, what);
   if (text !== null) return text;
   // Raise the reference's error if there is one; otherwise the value is only expressible
   // by the slow path (a sparse array): the core cannot store it.
@@ -249,7 +271,58 @@ function toCoreJson(value, what) {
   throw typeError(`${what} cannot be stored as JSON (a sparse array or a throwing toJSON)`);
 }
 
+/**
+ * How deep the evidence of a send may nest to be stored everywhere: it travels inside store
+ * requests and answers (a few levels of their own) that every store, in every runtime, parses
+ * with a recursion limit of 128 levels.
+ */
+const MAX_EVIDENCE_DEPTH = 100;
+
+function typeName(v) {
+  if (v === null) return 'null';
+  if (typeof v === 'number') return `number ${v}`;
+  if (typeof v === 'object') {
+    const name = v.constructor && typeof v.constructor.name === 'string' ? v.constructor.name : '';
+    return name ? `object ${name}` : 'object';
+  }
+  return typeof v;
+}
+
+/**
+ * What a send's result records as evidence when it cannot be stored as JSON (a NaN, a
+ * bigint, a circular object, nesting deeper than MAX_EVIDENCE_DEPTH, a toExternalRef that
+ * threw): `{"unstorable":{"type":…,"reason":…}}`, never the value itself. The send
+ * happened, so the intent is committed with this instead of being reported as bad input.
+ */
+function unstorableEvidence(type, reason) {
+  return JSON.stringify({ unstorable: { type, reason: firstLine(reason).slice(0, 200) } });
+}
+
+/**
+ * The evidence of a send as JSON text the core stores: `value` with the canonical rules, or
+ * the unstorable form when it has none.
+ */
+function evidenceJson(value) {
+  if (value === undefined) return 'null';
+  let bad;
+  try {
+    bad = nesting(value, MAX_EVIDENCE_DEPTH);
+  } catch (e) {
+    return unstorableEvidence(typeName(value), messageOf(e));
+  }
+  if (bad === 'deep') return unstorableEvidence(typeName(value), `nested deeper than ${MAX_EVIDENCE_DEPTH} levels`);
+  try {
+    return toCoreJson(value, 'externalRef');
+  } catch (e) {
+    return unstorableEvidence(typeName(value), messageOf(e));
+  }
+}
+
 module.exports = {
+  MAX_JSON_DEPTH,
+  MAX_EVIDENCE_DEPTH,
+  evidenceJson,
+  unstorableEvidence,
   DIGEST_PREFIX,
   canonicalize,
   sha256Hex,

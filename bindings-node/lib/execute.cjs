@@ -84,11 +84,14 @@ const now = () => performance.now();
  * and, when not run, `code`.
  *
  * Advanced options: `clock()` (monotonic milliseconds, default `performance.now`) and
- * `autoHeartbeat: false` (no timer; the work calls `lease.heartbeat()` itself).
+ * `autoHeartbeat: false` (no timer; the work calls `lease.heartbeat()` itself). Any other
+ * option name is an invalid-input TypeError.
  */
+const EXECUTE_OPTIONS = ['runId', 'owner', 'ttlSeconds', 'renewEveryMs', 'releaseToReady', 'autoHeartbeat', 'clock'];
+
 async function executeWithLease(heart, options, work) {
   if (!(heart instanceof HeartFleet)) throw typeError('executeWithLease: heart must be a HeartFleet');
-  const o = optsOf('executeWithLease options', options);
+  const o = optsOf('executeWithLease options', options, EXECUTE_OPTIONS);
   if (options === undefined || options === null) throw typeError('executeWithLease: options {runId, owner, ttlSeconds} required');
   if (typeof work !== 'function') throw typeError('executeWithLease: work must be a function');
   const { runId, owner, ttlSeconds, renewEveryMs, releaseToReady = false, autoHeartbeat = true } = o;
@@ -211,6 +214,14 @@ async function executeWithLease(heart, options, work) {
   finished = true;
   if (timer) clearInterval(timer);
   let released = false;
+  // A lease already known lost, with a beat still in flight, is not released: the release
+  // would have to wait behind that beat (serialized, fix 7), and a store that never answers
+  // would hold the result back. The lease expires on its own and is swept.
+  lose(session.checkExpiry(tick()));
+  if (session.lost() && beating) {
+    if (!ok) throw failure;
+    return withExtras({ ran: true, result }, { released, lost: session.lost() || undefined });
+  }
   await serialized(async () => {
     if (!session.shouldRelease()) return;
     const newest = JSON.parse(session.fenceJson());

@@ -26,6 +26,9 @@ const {
   describe,
   referenceShape,
   withExtras,
+  wellFormed,
+  jsonOf,
+  firstLine,
 } = require('./util.cjs');
 
 const MAX_TTL_SECONDS = 31_536_000;
@@ -217,9 +220,22 @@ async function driveStep(fleet, kind, argsText, host, storeFor) {
   }
 }
 
+/**
+ * An operation's arguments as JSON text. The arguments were checked, but a value JSON cannot
+ * hold (a bigint or a circular structure inside metadata) is an invalid-input TypeError, not
+ * JSON.stringify's uncoded one.
+ */
+function argsText(kind, args) {
+  try {
+    return JSON.stringify(args);
+  } catch (e) {
+    throw typeError(`${kind}: the arguments are not JSON: ${firstLine(messageOf(e))}`);
+  }
+}
+
 /** Drives an operation and returns its value, throwing its coded error (`storeFor`: see driveStep). */
 async function drive(fleet, kind, args, host, storeFor) {
-  const step = await driveStep(fleet, kind, JSON.stringify(args), host, storeFor);
+  const step = await driveStep(fleet, kind, argsText(kind, args), host, storeFor);
   if (step.error) throw toError(step.error);
   return step.ok;
 }
@@ -266,6 +282,12 @@ function freezeFence(f) {
 }
 
 const FLEET_OPTIONS = ['store', 'onReceipt', 'maxRetries', 'storeTimeoutMs', 'casRetries'];
+/** The options of each method that takes an options object (an unknown key is invalid input). */
+const RECLAIM_OPTIONS = ['limit'];
+const LIVENESS_OPTIONS = ['ttlMs', 'maxReclaimsPerCycle', 'limit'];
+const REGISTER_OPTIONS = ['hostname', 'pid', 'metadata'];
+const ENSURE_OPTIONS = ['objective', 'createdBy'];
+const LIST_RUNS_OPTIONS = ['status', 'limit'];
 /** The longest wait for one store answer, by default (ms). */
 const DEFAULT_STORE_TIMEOUT_MS = 30_000;
 /** How many times a LeaseStore-methods store's write is decided, by default, when the row keeps changing. */
@@ -330,15 +352,18 @@ class HeartFleet {
   /**
    * `acquire(runId, owner, ttlSeconds)` → `{acquired, run, fence?, reason?}`, and on a
    * failure a non-enumerable `code`. Bad input gives `{acquired:false, run:null,
-   * reason:"Invalid input"}` (code `invalid-input`).
+   * reason:"Invalid input"}` (code `invalid-input`): an id or owner that is not a non-empty
+   * well-formed string (a lone surrogate included), a ttl outside 1..=31536000.
    * A store failure throws (`store-unavailable`).
    */
   async acquire(runId, owner, ttlSeconds) {
     if (
       typeof runId !== 'string' ||
       runId === '' ||
+      !wellFormed(runId) ||
       typeof owner !== 'string' ||
       owner === '' ||
+      !wellFormed(owner) ||
       typeof ttlSeconds !== 'number' ||
       !Number.isInteger(ttlSeconds) ||
       ttlSeconds < 1 ||
@@ -401,7 +426,7 @@ class HeartFleet {
 
   /** `reclaimExpired({limit = 100})` → `{reclaimedCount, reclaimedIds, quarantinedIds, errors}`. */
   async reclaimExpired(options) {
-    const o = optsOf('reclaimExpired options', options);
+    const o = optsOf('reclaimExpired options', options, RECLAIM_OPTIONS);
     return drive(this, 'reclaim', { limit: optInt('limit', o.limit, 0, U32, 100) });
   }
 
@@ -411,7 +436,7 @@ class HeartFleet {
    * `maxReclaimsPerCycle`, default 200), with the retry ceiling, receipts and counters.
    */
   async reclaimDeadInstanceRuns(options) {
-    const o = optsOf('reclaimDeadInstanceRuns options', options);
+    const o = optsOf('reclaimDeadInstanceRuns options', options, LIVENESS_OPTIONS);
     const summary = await drive(this, 'liveness', {
       ttlMs: optInt('ttlMs', o.ttlMs, 0, Number.MAX_SAFE_INTEGER, 90_000),
       limit: optInt('maxReclaimsPerCycle', o.maxReclaimsPerCycle ?? o.limit, 0, U32, 200),
@@ -421,10 +446,12 @@ class HeartFleet {
 
   /** Registers (or re-registers) an instance as `alive`; returns its row. */
   async registerInstance(instanceId, options) {
-    const o = optsOf('registerInstance options', options);
+    const o = optsOf('registerInstance options', options, REGISTER_OPTIONS);
     const hostname = o.hostname === undefined || o.hostname === null ? null : str('hostname', o.hostname);
     const pid = optInt('pid', o.pid, 0, Number.MAX_SAFE_INTEGER, null);
-    const metadata = o.metadata === undefined ? null : o.metadata;
+    // JSON.stringify's rules (NaN → null, functions dropped), but a bigint, a circular
+    // structure or nesting deeper than the core's limit is invalid input.
+    const metadata = o.metadata === undefined ? null : JSON.parse(jsonOf('metadata', o.metadata) ?? 'null');
     return drive(this, 'registerInstance', { instanceId: str('instanceId', instanceId), hostname, pid, metadata });
   }
 
@@ -448,7 +475,7 @@ class HeartFleet {
    * idempotency key (race-safe; the store supplies the row id) → `{run, created}`.
    */
   async ensureResourceRun(kind, key, options) {
-    const o = optsOf('ensureResourceRun options', options);
+    const o = optsOf('ensureResourceRun options', options, ENSURE_OPTIONS);
     return drive(this, 'ensureResourceRun', {
       kind: str('kind', kind),
       key: str('key', key),
@@ -459,7 +486,7 @@ class HeartFleet {
 
   /** Operator: runs, optionally of one status, most recently updated first. */
   async listRuns(options) {
-    const o = optsOf('listRuns options', options);
+    const o = optsOf('listRuns options', options, LIST_RUNS_OPTIONS);
     if (o.status !== undefined && o.status !== null && !RUN_STATUSES.includes(o.status)) {
       throw typeError(`status must be one of ${RUN_STATUSES.join(', ')}, got ${describe(o.status)}`);
     }

@@ -6,6 +6,8 @@ const { missingMethods, fillRun } = require('./reference-store.cjs');
 const { typeError, codedError, opts: optsOf, optInt, describe, messageOf } = require('./util.cjs');
 
 const DEFAULT_LIVENESS_TTL_MS = 90_000;
+const RECLAIMER_OPTIONS = ['heart', 'store', 'ttlMs', 'maxRetries', 'storeTimeoutMs'];
+const PASS_OPTIONS = ['maxReclaimsPerCycle', 'limit'];
 
 function timeOf(name, v) {
   if (v instanceof Date) return v.getTime();
@@ -190,7 +192,7 @@ function isLivenessStore(store) {
 class LivenessReclaimer {
   constructor(options) {
     if (options === null || typeof options !== 'object') throw typeError('LivenessReclaimer: options {heart} or {store} required');
-    const o = optsOf('LivenessReclaimer options', options);
+    const o = optsOf('LivenessReclaimer options', options, RECLAIMER_OPTIONS);
     this.ttlMs = optInt('ttlMs', o.ttlMs, 0, Number.MAX_SAFE_INTEGER, DEFAULT_LIVENESS_TTL_MS);
     if (o.heart !== undefined && !(o.heart instanceof HeartFleet)) throw typeError('LivenessReclaimer: heart must be a HeartFleet');
     if (isLivenessStore(o.store)) {
@@ -220,7 +222,7 @@ class LivenessReclaimer {
   }
 
   async reclaimDeadInstanceRuns(options) {
-    const o = optsOf('reclaimDeadInstanceRuns options', options);
+    const o = optsOf('reclaimDeadInstanceRuns options', options, PASS_OPTIONS);
     const maxReclaimsPerCycle = o.maxReclaimsPerCycle ?? o.limit;
     if (!this._liveness) {
       const s = await this.heart.reclaimDeadInstanceRuns({ ttlMs: this.ttlMs, maxReclaimsPerCycle });

@@ -4,7 +4,7 @@
 // conditionalUpdate, findExpiredLeases, now) and snapshots for tests.
 
 const native = require('./native.cjs');
-const { typeError, rethrowNative, str, int, optInt, msOf, isoOf, describe } = require('./util.cjs');
+const { typeError, rethrowNative, str, int, optInt, msOf, isoOf, describe, knownKeys, firstLine, messageOf } = require('./util.cjs');
 const { runRow } = require('./rows.cjs');
 
 const NATIVE = Symbol.for('heart-fleet.native');
@@ -107,6 +107,15 @@ function parse(text) {
   return JSON.parse(text);
 }
 
+/** A seeded row as JSON text, or an invalid-input TypeError (a circular row, a bigint). */
+function rowText(what, row) {
+  try {
+    return JSON.stringify(row);
+  } catch (e) {
+    throw typeError(`${what}: the row is not JSON: ${firstLine(messageOf(e))}`);
+  }
+}
+
 /**
  * The deterministic in-memory store. Its clock starts at the Unix epoch (as in the
  * reference) unless given; `setNow` and `advance` move it. A `HeartFleet` over it runs
@@ -189,6 +198,8 @@ class MemoryLeaseStore {
     const id = str('runId', runId);
     if (updates === null || typeof updates !== 'object' || Array.isArray(updates)) throw typeError(`conditionalUpdate: updates must be an object, got ${describe(updates)}`);
     if (conditions !== undefined && (conditions === null || typeof conditions !== 'object')) throw typeError(`conditionalUpdate: conditions must be {eq?, in?, lt?}, got ${describe(conditions)}`);
+    // A misspelt condition would make the update unconditional.
+    if (conditions !== undefined) knownKeys('conditionalUpdate conditions', conditions, ['eq', 'in', 'lt'], 'condition');
     const set = Object.entries(updates)
       .filter(([, v]) => v !== undefined)
       .map(([c, v]) => [c, { val: setVal(c, v) }]);
@@ -238,8 +249,9 @@ class MemoryLeaseStore {
     const now = this.now().toISOString();
     full.started_at = full.started_at === undefined ? now : isoOf('started_at', full.started_at);
     full.last_heartbeat = full.last_heartbeat === undefined ? now : isoOf('last_heartbeat', full.last_heartbeat);
+    const text = rowText('insertInstance', full);
     try {
-      this[NATIVE].insertInstance(JSON.stringify(full));
+      this[NATIVE].insertInstance(text);
     } catch (e) {
       rethrowNative(e);
     }
@@ -248,8 +260,9 @@ class MemoryLeaseStore {
   /** Inserts an `effect_intents` row as given (tests seed crash states this way). */
   insertIntent(row) {
     if (row === null || typeof row !== 'object') throw typeError('insertIntent: a row must be an object');
+    const text = rowText('insertIntent', row);
     try {
-      this[NATIVE].insertIntent(JSON.stringify(row));
+      this[NATIVE].insertIntent(text);
     } catch (e) {
       rethrowNative(e);
     }
@@ -293,7 +306,11 @@ class MemoryLeaseStore {
     if (typeof request === 'string') text = request;
     else {
       if (request === null || typeof request !== 'object') throw typeError('execute: a StoreRequest is an object');
-      text = JSON.stringify(request);
+      try {
+        text = JSON.stringify(request);
+      } catch (e) {
+        throw typeError(`execute: the StoreRequest is not JSON: ${firstLine(messageOf(e))}`);
+      }
     }
     try {
       return parse(this[NATIVE].executeJson(text));

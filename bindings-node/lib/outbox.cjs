@@ -37,14 +37,18 @@ const {
   describe,
   rethrowNative,
   withExtras,
+  knownKeys,
 } = require('./util.cjs');
-const { toCoreJson } = require('./canonical.cjs');
+const { toCoreJson, evidenceJson, unstorableEvidence } = require('./canonical.cjs');
 
 const CHANNELS = Object.freeze(['telegram', 'farcaster', 'mail', 'onchain', 'internal']);
 const U32 = 2 ** 32 - 1;
 /** The store requests of the two ledger tables (routed to a `{client}` ledger's store). */
 const LEDGER_OPS = new Set(['claim_intent', 'update_intent', 'scan_intents', 'read_log']);
 const CLIENT_OPTIONS = ['client', 'intentsTable', 'logTable', 'now'];
+const STORE_LEDGER_OPTIONS = ['heart', 'store'];
+const SEND_OPTIONS = ['fence', 'channel', 'effectKey', 'payload', 'send', 'toExternalRef'];
+const RECONCILE_OPTIONS = ['probes', 'maxAttempts', 'limit', 'now', 'heart'];
 
 function channelOf(v) {
   if (typeof v !== 'string' || !CHANNELS.includes(v)) throw typeError(`channel must be one of ${CHANNELS.join(', ')}, got ${describe(v)}`);
@@ -97,7 +101,9 @@ async function answerOf(method, call, want, heart) {
   }
   const r = answer && answer.reply;
   if (!r || r.kind !== want || !Number.isFinite(Date.parse(answer.now))) {
-    throw codedError('store-protocol', `${method}: the store answered ${JSON.stringify(answer)}`);
+    // One line naming what came, never the rows the store sent.
+    const what = r && typeof r.kind === 'string' ? `a reply of kind ${JSON.stringify(r.kind).slice(0, 40)}` : describe(answer);
+    throw codedError('store-protocol', `${method}: the store answered ${what}, not a ${want} reply with a valid now`);
   }
   return answer;
 }
@@ -143,6 +149,7 @@ class DurableEffectLedger {
       clientForm(this, o);
       return;
     }
+    knownKeys('DurableEffectLedger options', o, STORE_LEDGER_OPTIONS);
     if (o.heart !== undefined && !(o.heart instanceof HeartFleet)) throw typeError('DurableEffectLedger: heart must be a HeartFleet');
     const heart = o.heart ?? (o.store !== undefined ? new HeartFleet({ store: o.store }) : null);
     if (!heart) throw typeError('DurableEffectLedger: {client}, {heart} or {store} required');
@@ -180,7 +187,7 @@ class DurableEffectLedger {
    * the intent; false when it exists (a duplicate, logged `deduped`).
    */
   async claimIntent(input) {
-    const i = optsOf('claimIntent input', input);
+    const i = optsOf('claimIntent input', input, ['runId', 'effectKey', 'channel', 'payloadDigest']);
     const request = {
       op: 'claim_intent',
       run_id: str('runId', i.runId),
@@ -204,7 +211,7 @@ class DurableEffectLedger {
    * with the fence recorded; true when it happened (the intent was in state `intent`).
    */
   async markDispatched(input) {
-    const i = optsOf('markDispatched input', input);
+    const i = optsOf('markDispatched input', input, ['runId', 'effectKey', 'fenceOwner', 'fenceExpiresAt']);
     const set = [
       assign('state', text('dispatched')),
       assign('fence_owner', text(str('fenceOwner', i.fenceOwner))),
@@ -218,7 +225,7 @@ class DurableEffectLedger {
    * evidence, in one write, logged `sent`; true when it happened.
    */
   async markCommitted(input) {
-    const i = optsOf('markCommitted input', input);
+    const i = optsOf('markCommitted input', input, ['runId', 'effectKey', 'externalRef']);
     const evidence = JSON.parse(toCoreJson(i.externalRef, 'externalRef'));
     const set = [assign('state', text('committed')), assign('external_ref', { type: 'json', value: evidence }), ['committed_at', 'now']];
     return this._transition('markCommitted', i.runId, i.effectKey, stateIs('dispatched'), set, [1, 'sent', evidence]);
@@ -347,11 +354,19 @@ function checkDurable(heart, ledger) {
  * `{sent:false, reason:"fence-rejected"|"deduped"|"lost-dispatch-race"}` (non-enumerable
  * `code`). A send
  * that throws propagates its exception; the intent stays dispatched for the reconciler.
+ *
+ * Everything that can be checked is checked before any I/O (the options, the fence, the
+ * channel, the key, the payload). What the send returns can only be checked after it went
+ * out, so it is never reported as bad input: evidence that cannot be stored as JSON (NaN, a
+ * bigint, a circular object, nesting deeper than 100 levels) is committed as
+ * `{"unstorable":{"type":…,"reason":…}}`, and a toExternalRef that throws commits that form
+ * too, then its exception propagates (the intent is committed: a retry dedupes).
  */
 async function sendOnce(heart, ledger, options) {
   if (!(heart instanceof HeartFleet)) throw typeError('sendOnce: heart must be a HeartFleet');
   checkDurable(heart, ledger);
   if (options === null || typeof options !== 'object') throw typeError('sendOnce: options required');
+  knownKeys('sendOnce options', options, SEND_OPTIONS);
   const { channel, effectKey, payload, send, toExternalRef } = options;
   const f = fenceOf('fence', options.fence);
   channelOf(channel);
@@ -364,17 +379,28 @@ async function sendOnce(heart, ledger, options) {
     '{"fence":' + JSON.stringify(f) + ',"channel":' + JSON.stringify(channel) + ',"effectKey":' + JSON.stringify(effectKey) +
     ',"payload":' + payloadText + '}';
   let result;
+  let refThrew = null;
   const host = {
     effect: async (key, epoch) => {
       result = await send({ epoch, effectKey: key });
-      const evidence = toExternalRef ? toExternalRef(result) : result;
-      return toCoreJson(evidence === undefined ? null : evidence, 'externalRef');
+      // The send went out: from here on nothing is bad input, and the evidence is stored.
+      if (!toExternalRef) return evidenceJson(result);
+      let evidence;
+      try {
+        evidence = toExternalRef(result);
+      } catch (e) {
+        refThrew = { error: e };
+        const name = e instanceof Error && e.name ? e.name : typeof e;
+        return unstorableEvidence('toExternalRef', `toExternalRef threw ${name}: ${messageOf(e)}`);
+      }
+      return evidenceJson(evidence);
     },
   };
   // A {client} ledger's requests go to its tables; the fence and the run to the heart's store.
   const storeFor = ledger._client ? routeTo(ledger._view({ runs: runsOf(heart) })) : undefined;
   const step = await driveStep(heart, 'sendOnce', args, host, storeFor);
   if (step.error) throw codedError(step.error.code, step.error.message);
+  if (refThrew) throw refThrew.error;
   const r = step.ok;
   // The reference's fields; ours are non-enumerable.
   if (r.sent) return withExtras({ sent: true, result }, { externalRef: r.externalRef, committed: r.committed });
@@ -404,8 +430,9 @@ function verdictOf(v) {
  */
 async function reconcileOutbox(ledger, options) {
   if (!(ledger instanceof DurableEffectLedger)) throw typeError('reconcileOutbox: ledger must be a DurableEffectLedger');
-  const o = optsOf('reconcileOutbox options', options);
-  const probes = optsOf('probes', o.probes);
+  const o = optsOf('reconcileOutbox options', options, RECONCILE_OPTIONS);
+  // A probe under a misspelt channel would never be asked.
+  const probes = knownKeys('probes', optsOf('probes', o.probes), CHANNELS, 'channel');
   const heart = o.heart === undefined ? ledger.heart : o.heart;
   if (!(heart instanceof HeartFleet) || (!ledger._client && heart.store !== ledger.store)) {
     throw typeError('reconcileOutbox: heart must be a HeartFleet over the ledger\'s store');

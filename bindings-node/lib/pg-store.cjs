@@ -24,6 +24,17 @@ function param(p) {
   throw codedError('store-protocol', `an unexpected SQL parameter ${JSON.stringify(p)}`);
 }
 
+const OPTIONS = ['pool', 'client', 'connectionString', 'max', 'prepare', 'queryTimeoutMs', 'connectTimeoutMs'];
+/** The longest wait for one statement's answer, by default (ms). */
+const DEFAULT_QUERY_TIMEOUT_MS = 10_000;
+/** The longest wait for a new connection of a pool this store creates, by default (ms). */
+const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
+
+/** Whether a connection string asks for the pooler mode (`pgbouncer=true`, as Prisma spells it). */
+function poolerUrl(connectionString) {
+  return /[?&]pgbouncer=(true|1)(&|$)/.test(connectionString);
+}
+
 /**
  * A heart-fleet store over PostgreSQL (node-postgres). Every store request is one
  * statement, run in autocommit on whatever connection the pool hands out; the statement
@@ -31,27 +42,66 @@ function param(p) {
  * break exclusion.
  *
  * `new PgLeaseStore({pool})` or `{client}` (anything with node-postgres's `query(config)`),
- * or `{connectionString, max?}` (creates a `pg.Pool`; `end()` closes it). Statements are
- * prepared per connection (named by a hash of their text) unless `prepare: false`.
+ * or `{connectionString, max?}` (creates a `pg.Pool`; `end()` closes it).
+ *
+ * * Deadlines: each statement waits at most `queryTimeoutMs` (default 10000) for its
+ *   answer (node-postgres's client-side `query_timeout`; the pool then discards the
+ *   connection), and a pool this store creates waits at most `connectTimeoutMs` (default
+ *   5000) for a connection and gives its connections the same server-side
+ *   `statement_timeout`, so that a statement the client gave up on (say, waiting for a lock)
+ *   is cancelled by the server instead of landing later. With a pool of your own, set its
+ *   `statement_timeout` too; otherwise such a write's outcome is unknown and the recovery
+ *   paths (the sweep, the reconciler) resolve it. The driver's error fails the request with
+ *   store-unavailable.
+ * * Lost connections: a pool replaces a connection that failed; the failed request is not
+ *   retried (its outcome is unknown: the recovery paths resolve it). A single `{client}`
+ *   cannot reconnect: pass a pool.
+ * * Poolers: statements are prepared per connection (named by a hash of their text) unless
+ *   `prepare: false`, which a transaction pooler (PgBouncer in transaction mode, Supabase's
+ *   pooled connection string) needs, since named statements do not follow a client from one
+ *   transaction to the next. A `connectionString` with `pgbouncer=true` chooses it; a pooler
+ *   cannot be detected from the client side. Migrations take only a transaction-scoped lock.
+ *
  * The schema must be migrated: `await store.migrate()` (idempotent).
  */
 class PgLeaseStore {
   constructor(options) {
     if (options === null || typeof options !== 'object') throw typeError('PgLeaseStore: options {pool} | {client} | {connectionString} required');
-    const { pool, client, connectionString, max, prepare = true } = options;
+    const unknown = Object.keys(options).filter((k) => !OPTIONS.includes(k));
+    if (unknown.length > 0) throw typeError(`PgLeaseStore: unknown option ${unknown.join(', ')} (the options are ${OPTIONS.join(', ')})`);
+    const { pool, client, connectionString, max } = options;
+    const timeout = (name, v, fallback) => {
+      if (v === undefined) return fallback;
+      if (!Number.isInteger(v) || v < 1 || v > 2 ** 31 - 1) throw typeError(`PgLeaseStore: ${name} must be milliseconds (an integer in 1..2147483647), got ${describe(v)}`);
+      return v;
+    };
+    this._queryTimeoutMs = timeout('queryTimeoutMs', options.queryTimeoutMs, DEFAULT_QUERY_TIMEOUT_MS);
+    const connectTimeoutMs = timeout('connectTimeoutMs', options.connectTimeoutMs, DEFAULT_CONNECT_TIMEOUT_MS);
     let db = pool ?? client;
     this._owned = false;
     if (db === undefined || db === null) {
       if (typeof connectionString !== 'string' || connectionString === '') {
         throw typeError('PgLeaseStore: pass {pool}, {client} or {connectionString}');
       }
+      if (/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(connectionString)) {
+        throw typeError('PgLeaseStore: connectionString holds a lone surrogate (not text a URL can carry)');
+      }
       const pg = loadPg();
-      db = new pg.Pool({ connectionString, max: max ?? 10 });
+      // pgbouncer=true is ours: the driver does not take it.
+      const driverUrl = connectionString.replace(/([?&])pgbouncer=[^&]*(&|$)/, (_, a, b) => (b ? a : '')).replace(/[?&]$/, '');
+      const config = { connectionString: driverUrl, max: max ?? 10, connectionTimeoutMillis: connectTimeoutMs };
+      // The server abandons a statement at the same deadline, so one the client gave up on (a
+      // lock wait) is not applied later. A pooler refuses session parameters at startup.
+      if (!poolerUrl(connectionString)) config.statement_timeout = this._queryTimeoutMs;
+      db = new pg.Pool(config);
       this._owned = true;
+    } else if (connectionString !== undefined) {
+      throw typeError('PgLeaseStore: pass one of {pool}, {client} or {connectionString}');
     }
     if (typeof db.query !== 'function') throw typeError(`PgLeaseStore: the pool/client must have query(), got ${describe(db)}`);
+    if (options.prepare !== undefined && typeof options.prepare !== 'boolean') throw typeError('PgLeaseStore: prepare must be a boolean');
     this.db = db;
-    this._prepare = Boolean(prepare);
+    this._prepare = options.prepare ?? !(typeof connectionString === 'string' && poolerUrl(connectionString));
     this._names = new Map();
   }
 
@@ -70,7 +120,15 @@ class PgLeaseStore {
     if (typeof request !== 'string' && (request === null || typeof request !== 'object')) {
       throw typeError(`PgLeaseStore.execute: a StoreRequest is an object, got ${describe(request)}`);
     }
-    const text = typeof request === 'string' ? request : JSON.stringify(request);
+    let text = request;
+    if (typeof request !== 'string') {
+      try {
+        text = JSON.stringify(request);
+      } catch (e) {
+        // A circular or BigInt value, or nesting past what JSON.stringify can walk.
+        throw typeError(`PgLeaseStore.execute: the request is not JSON: ${messageOf(e)}`);
+      }
+    }
     let statements;
     try {
       statements = JSON.parse(native.sqlRender(text, 'postgres'));
@@ -79,7 +137,7 @@ class PgLeaseStore {
     }
     const results = [];
     for (const st of statements) {
-      const config = { text: st.sql, values: st.params.map(param), rowMode: 'array' };
+      const config = { text: st.sql, values: st.params.map(param), rowMode: 'array', query_timeout: this._queryTimeoutMs };
       if (this._prepare) config.name = this._name(st.sql);
       const res = await this.db.query(config);
       const names = res.fields.map((f) => f.name);
@@ -151,7 +209,7 @@ class PgLeaseStore {
         return;
       }
       chain = chain
-        .then(() => this.db.query({ text: st.sql, values: st.params.map(param) }))
+        .then(() => this.db.query({ text: st.sql, values: st.params.map(param), query_timeout: this._queryTimeoutMs }))
         .catch((e) => {
           if (onError) onError(e, receipt);
         });

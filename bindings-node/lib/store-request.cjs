@@ -15,11 +15,24 @@
 //   _updateRun, _ensureRun, _claimIntent, _updateIntent, _upsertInstance, _updateInstances
 //                                          (request) → the StoreAnswer of a write
 
-const { codedError, typeError, describe } = require('./util.cjs');
+const { codedError, typeError, describe, firstLine, messageOf } = require('./util.cjs');
 
 /** Whether a condition (the core's JSON form) uses `tag` anywhere. */
 function mentions(cond, tag) {
   return JSON.stringify(cond).includes(`"${tag}"`);
+}
+
+/**
+ * Checks that a request object is JSON: one JSON cannot hold (a circular structure, a bigint)
+ * is the caller's bad input (an invalid-input TypeError), not a TypeError thrown from deep
+ * inside a decision.
+ */
+function requestJson(who, req) {
+  try {
+    JSON.stringify(req);
+  } catch (e) {
+    throw typeError(`${who}.execute: the StoreRequest is not JSON: ${firstLine(messageOf(e))}`);
+  }
 }
 
 /** One StoreRequest (an object or JSON text) → a Promise of its StoreAnswer, for `store` (named `who`). */
@@ -35,6 +48,7 @@ async function executeRequest(store, who, request) {
   if (req === null || typeof req !== 'object' || typeof req.op !== 'string') {
     throw typeError(`${who}.execute: a StoreRequest is an object with an op, got ${describe(req)}`);
   }
+  if (typeof request !== 'string') requestJson(who, req);
   switch (req.op) {
     case 'now':
       return { now: new Date(store._clock()).toISOString(), reply: { kind: 'now' } };
@@ -79,4 +93,4 @@ async function executeRequest(store, who, request) {
   }
 }
 
-module.exports = { executeRequest, mentions };
+module.exports = { executeRequest, mentions, requestJson };

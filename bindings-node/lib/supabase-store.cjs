@@ -47,10 +47,13 @@ function randomUUID() {
   return require('node:crypto').randomUUID();
 }
 const native = require('./native.cjs');
-const { typeError, rethrowNative, describe } = require('./util.cjs');
-const { executeRequest, mentions } = require('./store-request.cjs');
+const { typeError, rethrowNative, describe, knownKeys } = require('./util.cjs');
+const { executeRequest, mentions, requestJson } = require('./store-request.cjs');
 
 const RUN_CAS = ['status', 'lease_owner', 'lease_expires_at', 'retries', 'fencing_epoch', 'updated_at'];
+/** The options of `new SupabaseLeaseStore({...})` and the keys of its `tables` (others are invalid input). */
+const STORE_OPTIONS = ['client', 'now', 'tables', 'casRetries', 'pageSize'];
+const TABLES = ['runs', 'intents', 'log', 'instances'];
 const INSTANCE_CAS = ['status', 'last_heartbeat'];
 
 /**
@@ -143,12 +146,14 @@ class SupabaseLeaseStore {
       );
     }
     const options = positional ? { client: clientOrOptions, tables: { runs: table } } : clientOrOptions;
+    knownKeys('SupabaseLeaseStore options', options, STORE_OPTIONS);
     const { client, now, tables = {}, casRetries = 5, pageSize = 1000 } = options;
     if (client === null || typeof client !== 'object' || typeof client.from !== 'function') {
       throw typeError(`SupabaseLeaseStore: client must be a supabase-js client (with from()), got ${describe(client)}`);
     }
     if (now !== undefined && typeof now !== 'function') throw typeError('SupabaseLeaseStore: now must be a function returning a Date or milliseconds');
     if (tables === null || typeof tables !== 'object') throw typeError(`SupabaseLeaseStore: tables must be an object, got ${describe(tables)}`);
+    knownKeys('SupabaseLeaseStore tables', tables, TABLES, 'table');
     for (const [k, v] of Object.entries(tables)) {
       if (v !== undefined && (typeof v !== 'string' || v === '')) throw typeError(`SupabaseLeaseStore: tables.${k} must be a non-empty string, got ${describe(v)}`);
     }
@@ -229,7 +234,10 @@ class SupabaseLeaseStore {
       }
     }
     // The stale-dispatch scan keeps the reference ledger's one query (see _scanIntents).
-    if (req !== null && typeof req === 'object' && req.op === 'scan_intents') return this._scanIntents(req);
+    if (req !== null && typeof req === 'object' && req.op === 'scan_intents') {
+      if (typeof request !== 'string') requestJson('SupabaseLeaseStore', req);
+      return this._scanIntents(req);
+    }
     return executeRequest(this, 'SupabaseLeaseStore', req);
   }
 

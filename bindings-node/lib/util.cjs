@@ -55,16 +55,34 @@ function describe(v) {
   return t === 'object' ? 'an object' : t;
 }
 
-/** A non-empty string. */
+/** Matches a lone surrogate (for runtimes without String.prototype.isWellFormed). */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?:^|[^\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/**
+ * Whether a string is well-formed UTF-16 (no lone surrogate). Ids, owners, keys and every
+ * other name the core stores must be: a lone surrogate has no UTF-8 form, so a store, a
+ * digest or another runtime would each see a different string.
+ */
+function wellFormed(s) {
+  return typeof s.isWellFormed === 'function' ? s.isWellFormed() : !LONE_SURROGATE.test(s);
+}
+
+function illFormed(name) {
+  return typeError(`${name} must be a well-formed string, got a string with a lone surrogate (invalid UTF-16)`);
+}
+
+/** A non-empty, well-formed string. */
 function str(name, v) {
   if (typeof v !== 'string' || v === '') throw typeError(`${name} must be a non-empty string, got ${describe(v)}`);
+  if (!wellFormed(v)) throw illFormed(name);
   return v;
 }
 
-/** A string (may be empty) or undefined/null. */
+/** A well-formed string (may be empty) or undefined/null. */
 function optStr(name, v) {
   if (v === undefined || v === null) return null;
   if (typeof v !== 'string') throw typeError(`${name} must be a string, got ${describe(v)}`);
+  if (!wellFormed(v)) throw illFormed(name);
   return v;
 }
 
@@ -82,11 +100,85 @@ function optInt(name, v, min, max, dflt) {
   return int(name, v, min, max);
 }
 
-/** A plain options object (undefined/null → {}). */
-function opts(name, v) {
+/**
+ * A plain options object (undefined/null → {}). With `known`, every own enumerable key must
+ * be one of them: a misspelt option is an invalid-input TypeError, never silently ignored
+ * (`{maxRetry: 3}` would otherwise keep the default).
+ */
+function opts(name, v, known) {
   if (v === undefined || v === null) return {};
   if (typeof v !== 'object' || Array.isArray(v)) throw typeError(`${name} must be an object, got ${describe(v)}`);
+  if (known) knownKeys(name, v, known);
   return v;
+}
+
+/** Throws an invalid-input TypeError naming the first key of `v` that is not in `known`. */
+function knownKeys(name, v, known, noun = 'option') {
+  for (const k of Object.keys(v)) {
+    if (!known.includes(k)) {
+      throw typeError(`${name}: unknown ${noun} ${JSON.stringify(k)} (the ${noun}s are ${known.join(', ')})`);
+    }
+  }
+  return v;
+}
+
+/**
+ * The deepest nesting of arrays and objects the core takes in a JSON value (MAX_JSON_DEPTH in
+ * the core's canonical JSON: `[[…]]` 512 levels deep is accepted, 513 is not).
+ */
+const MAX_JSON_DEPTH = 512;
+
+/**
+ * 'deep' when `v` nests arrays/objects more than `limit` levels, 'circular' when it contains
+ * itself, else null. Walks at most `limit + 1` levels, so a value nested 10,000 deep costs no
+ * more than one nested `limit + 1` deep and never exhausts the stack.
+ */
+function nesting(v, limit = MAX_JSON_DEPTH) {
+  const path = new Set();
+  const walk = (x, depth) => {
+    if (x === null || typeof x !== 'object') return null;
+    if (path.has(x)) return 'circular';
+    if (depth > limit) return 'deep';
+    path.add(x);
+    try {
+      const items = Array.isArray(x) ? x : Object.values(x);
+      for (const y of items) {
+        const bad = walk(y, depth + 1);
+        if (bad) return bad;
+      }
+      return null;
+    } finally {
+      path.delete(x);
+    }
+  };
+  return walk(v, 1);
+}
+
+/** The invalid-input error for a value nested deeper than `limit`. */
+function tooDeep(what, limit = MAX_JSON_DEPTH) {
+  return codedError('invalid-input', `${what}: nesting deeper than ${limit} levels (the core's limit for a JSON value)`);
+}
+
+/** The first line of a message (V8's circular-structure errors span several). */
+function firstLine(text) {
+  const s = String(text);
+  const i = s.indexOf('\n');
+  return i < 0 ? s : s.slice(0, i);
+}
+
+/**
+ * JSON text of a value for a store request or an operation's arguments (JSON.stringify's
+ * rules), or an invalid-input TypeError naming `what` for a value JSON cannot hold: a
+ * bigint, a circular structure, or nesting deeper than MAX_JSON_DEPTH.
+ */
+function jsonOf(what, v) {
+  const bad = nesting(v);
+  if (bad === 'deep') throw tooDeep(what);
+  try {
+    return JSON.stringify(v);
+  } catch (e) {
+    throw typeError(`${what} is not JSON: ${firstLine(messageOf(e))}`);
+  }
 }
 
 function fn(name, v) {
@@ -184,9 +276,16 @@ module.exports = {
   describe,
   str,
   optStr,
+  wellFormed,
   int,
   optInt,
   opts,
+  knownKeys,
+  MAX_JSON_DEPTH,
+  nesting,
+  tooDeep,
+  firstLine,
+  jsonOf,
   fn,
   isoOf,
   msOf,

@@ -565,3 +565,27 @@ test('the heartbeat timer is unref\'d: a process with only a lease running can e
   assert.equal(out.trim(), 'started');
   assert.ok(Date.now() - started < 5_000, 'the process did not wait for the heartbeat timer');
 });
+
+test('executeWithLease returns once its work is done and the lease is known lost, though a renew never answers', async () => {
+  const mem = memory();
+  const store = new JsStore(mem);
+  const heart = new HeartFleet({ store, storeTimeoutMs: 60_000 });
+  const started = Date.now();
+  let hung = 0;
+  const out = await executeWithLease(heart, { runId: R, owner: 'w', ttlSeconds: 1, renewEveryMs: 100 }, async (_getFence, signal) => {
+    // From now on every store call hangs: the renews get no answer at all.
+    store.execute = () => {
+      hung += 1;
+      return new Promise(() => {});
+    };
+    // Keep the event loop alive while waiting for the signal (the timers are unref'd).
+    const keepAlive = setInterval(() => {}, 50);
+    await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+    clearInterval(keepAlive);
+    return 'done';
+  });
+  const took = Date.now() - started;
+  assert.ok(hung >= 1, 'a renew was sent and never answered');
+  assertShape(out, { ran: true, result: 'done' }, { released: false, lost: 'store-unavailable' });
+  assert.ok(took < 5_000, `returned after ${took} ms, not after the 60 s store timeout`);
+});

@@ -1,9 +1,10 @@
 // The bad-input matrix: every exported function and method, every argument position, tried
 // with wrong types (numbers for strings, null, undefined, NaN, ±Infinity, 1e300, BigInt,
-// objects, arrays, empty strings, booleans, symbols, functions). Each call must answer with
-// a TypeError or an Error whose `.code` is in the core's registry (or, where a value is
-// legitimately accepted, succeed), never crash the process, and a call that fails must
-// change nothing (rows, intents, log, instances, counters, receipts).
+// objects, arrays, empty strings, booleans, symbols, functions) and odd values (strings with
+// a lone surrogate, arrays nested 6,000 and 10,000 deep, a circular object, an object holding
+// a BigInt). Each call must answer with an Error whose `.code` is in the core's registry (or,
+// where a value is legitimately accepted, succeed), never crash the process, and a call that
+// fails must change nothing (rows, intents, log, instances, counters, receipts).
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -42,6 +43,29 @@ const BAD = [
   ['a boolean', true],
   ['a symbol', Symbol('s')],
   ['a function', () => 'x'],
+];
+
+function nested(n) {
+  const top = [];
+  let x = top;
+  for (let i = 1; i < n; i += 1) {
+    const y = [];
+    x.push(y);
+    x = y;
+  }
+  return top;
+}
+const circular = { a: 1 };
+circular.self = circular;
+
+/** Odd values: ids must be well-formed, JSON values bounded, acyclic and bigint-free. */
+const ODD = [
+  ['a lone high surrogate', 'run\ud800'],
+  ['a lone low surrogate', '\udc00owner'],
+  ['an array nested 6,000 deep', nested(6000)],
+  ['an array nested 10,000 deep', nested(10_000)],
+  ['a circular object', circular],
+  ['an object holding a BigInt', { n: 10n }],
 ];
 
 const isInt = (v, min, max) => typeof v === 'number' && Number.isInteger(v) && v >= min && v <= max;
@@ -146,7 +170,7 @@ const MATRIX = [
   ['store.execute(v)', (w, v) => w.store.execute(v), never],
   ['store.insertInstance(v)', (w, v) => w.store.insertInstance(v), never],
   ['store.insertIntent(v)', (w, v) => w.store.insertIntent(v), never],
-  // PgLeaseStore (no database is contacted: every one of these fails before any query)
+  // PgLeaseStore (no database is contacted: every one of these fails before any query).
   ['new PgLeaseStore(v)', (w, v) => new api.PgLeaseStore(v), never],
   ['new PgLeaseStore({pool: v})', (w, v) => new api.PgLeaseStore({ pool: v }), never],
   ['new PgLeaseStore({connectionString: v})', (w, v) => new api.PgLeaseStore({ connectionString: v }), never],
@@ -216,12 +240,13 @@ const MATRIX = [
 ];
 
 function okError(e) {
-  return e instanceof TypeError || (e instanceof Error && typeof e.code === 'string' && ERROR_CODES.includes(e.code));
+  // A TypeError too must carry its code (every one the package throws is invalid-input).
+  return e instanceof Error && typeof e.code === 'string' && ERROR_CODES.includes(e.code);
 }
 
-for (const [name, call, accepted] of MATRIX) {
+for (const [name, call, accepted, only] of MATRIX) {
   test(`bad input: ${name}`, async () => {
-    for (const [label, v] of BAD) {
+    for (const [label, v] of only === 'typesOnly' ? BAD : [...BAD, ...ODD]) {
       const w = await world();
       const before = snapshot(w);
       let outcome;
@@ -261,6 +286,151 @@ for (const [name, call, accepted] of MATRIX) {
     }
   });
 }
+
+test('a lone surrogate in a run id or owner: acquire answers its documented shape, every other id is coded invalid input', async () => {
+  for (const [runId, owner] of [[`${R2}\ud800`, 'w'], [R2, '\udc00w'], [R2, 'w\ud83d'], ['\udfff', '\ud800']]) {
+    const w = await world();
+    const before = snapshot(w);
+    const r = await w.heart.acquire(runId, owner, 60);
+    assertShape(r, { acquired: false, run: null, reason: 'Invalid input' }, { code: 'invalid-input' }, `acquire(${JSON.stringify(runId)}, ${JSON.stringify(owner)})`);
+    const x = await api.executeWithLease(w.heart, { runId, owner, ttlSeconds: 60 }, async () => assert.fail('the work ran'));
+    assert.deepEqual([x.ran, x.reason, x.code], [false, 'lease-error', 'invalid-input']);
+    assert.equal(snapshot(w), before);
+  }
+  const lone = 'id\ud800';
+  const w = await world();
+  const before = snapshot(w);
+  const calls = [
+    () => w.heart.getRun(lone),
+    () => w.heart.requeueRun(lone, 'ops'),
+    () => w.heart.requeueRun(R, lone),
+    () => w.heart.forceRelease(lone),
+    () => w.heart.registerInstance(lone),
+    () => w.heart.registerInstance('i', { hostname: lone }),
+    () => w.heart.heartbeatInstance(lone),
+    () => w.heart.ensureResourceRun(lone, 'k'),
+    () => w.heart.ensureResourceRun('k', lone),
+    () => w.heart.ensureResourceRun('k', 'v', { objective: lone }),
+    () => w.heart.verifyFence({ ...w.fence, owner: lone }),
+    () => w.heart.renew({ ...w.fence, runId: lone }, 60),
+    () => api.deterministicResourceId('kind', lone),
+    () => api.deterministicResourceId(lone, 'key'),
+    () => api.effectKey(lone, { a: 1 }),
+    () => w.ledger.recordOnce(R, lone),
+    () => w.durable.recordOnce(lone, 'k'),
+    () => api.guardIrreversible(w.heart, w.fence, w.ledger, lone, async () => assert.fail('the effect ran')),
+    () => api.sendOnce(w.heart, w.durable, sendOpts(w, { effectKey: lone, send: async () => assert.fail('sent') })),
+  ];
+  for (const call of calls) {
+    await assert.rejects(async () => call(), (e) => e.code === 'invalid-input' && /lone surrogate/.test(e.message), String(call));
+  }
+  assert.equal(snapshot(w), before);
+  // sha256Hex hashes text, not an id: a lone surrogate is U+FFFD, as TextEncoder (the reference) has it.
+  assert.equal(api.sha256Hex('a\ud800'), api.sha256Hex('a\ufffd'));
+});
+
+test("values nested past the core's MAX_JSON_DEPTH (512) are coded invalid input, never a RangeError", async () => {
+  // The limit itself: 512 levels of arrays are canonical JSON, 513 are not.
+  assert.equal(api.canonicalize(nested(512)), '['.repeat(512) + ']'.repeat(512));
+  for (const n of [513, 5000, 10_000]) {
+    const v = nested(n);
+    const w = await world();
+    const before = snapshot(w);
+    const sent = { n: 0 };
+    const calls = {
+      canonicalize: () => api.canonicalize(v),
+      digest: () => api.digest(v),
+      effectKey: () => api.effectKey('p', { deep: v }),
+      'sendOnce payload': () => api.sendOnce(w.heart, w.durable, sendOpts(w, { payload: v, send: async () => { sent.n += 1; } })),
+      'registerInstance metadata': () => w.heart.registerInstance('i1', { metadata: v }),
+    };
+    if (n > 513) {
+      // Past what JSON.stringify itself can write.
+      calls['store.execute'] = () => w.store.execute({ op: 'read_run', run_id: R, extra: v });
+      calls['store.insertIntent'] = () => w.store.insertIntent({ run_id: R, effect_key: 'deep', detail: v });
+    }
+    for (const [name, call] of Object.entries(calls)) {
+      await assert.rejects(async () => call(), (e) => e.code === 'invalid-input' && !(e instanceof RangeError), `${name} at depth ${n}`);
+    }
+    assert.equal(sent.n, 0);
+    assert.equal(snapshot(w), before, `depth ${n}`);
+  }
+  for (const n of [5000, 10_000]) {
+    assert.throws(() => api.canonicalize(nested(n)), /nesting deeper than 512 levels/);
+    assert.throws(() => api.effectKey('p', nested(n)), /nesting deeper than 512 levels/);
+  }
+});
+
+test('BigInt or circular metadata and circular store requests are coded invalid input', async () => {
+  const w = await world();
+  const before = snapshot(w);
+  const calls = [
+    () => w.heart.registerInstance('i1', { metadata: circular }),
+    () => w.heart.registerInstance('i1', { metadata: { n: 10n } }),
+    () => w.heart.registerInstance('i1', { metadata: [1, 2n] }),
+    () => w.store.execute(circular),
+    () => w.store.execute({ op: 'read_run', run_id: R, x: circular }),
+    () => w.store.execute({ op: 'read_run', run_id: R, x: 1n }),
+    () => w.store.insertInstance({ instance_id: 'i9', metadata: circular }),
+    () => w.store.insertIntent({ run_id: R, effect_key: 'c', detail: { n: 1n } }),
+    () => new api.SupabaseLeaseStore({ client: { from() { throw new Error('no'); } } }).execute({ op: 'scan_intents', when: circular }),
+    () => new api.SupabaseLeaseStore({ client: { from() { throw new Error('no'); } } }).execute({ op: 'scan_runs', when: circular }),
+    () => api.canonicalize(circular),
+    () => api.digest({ n: 10n }),
+  ];
+  for (const call of calls) {
+    await assert.rejects(async () => call(), (e) => e.code === 'invalid-input' && !/\n/.test(e.message), String(call));
+  }
+  assert.equal(snapshot(w), before);
+});
+
+test('an unknown option name is invalid input in every options object, and changes nothing', async () => {
+  const client = { from() { throw new Error('no'); } };
+  const typos = [
+    ['new HeartFleet', (w) => new HeartFleet({ store: w.store, maxRetry: 3 })],
+    ['heart.reclaimExpired', (w) => w.heart.reclaimExpired({ limt: 5 })],
+    ['heart.reclaimDeadInstanceRuns', (w) => w.heart.reclaimDeadInstanceRuns({ ttl: 1 })],
+    ['heart.registerInstance', (w) => w.heart.registerInstance('i1', { host: 'h' })],
+    ['heart.ensureResourceRun', (w) => w.heart.ensureResourceRun('kind', 'key', { created_by: 'me' })],
+    ['ensureResourceRun', (w) => api.ensureResourceRun(w.heart, 'kind', 'key', { objectve: 'x' })],
+    ['heart.listRuns', (w) => w.heart.listRuns({ statuses: ['ready'] })],
+    ['executeWithLease', (w) => api.executeWithLease(w.heart, goodOpts({ renewEvery: 10 }), async () => assert.fail('the work ran'))],
+    ['sendOnce', (w) => api.sendOnce(w.heart, w.durable, sendOpts(w, { toExternalref: (r) => r, send: async () => assert.fail('sent') }))],
+    ['reconcileOutbox', (w) => api.reconcileOutbox(w.durable, { maxAttempt: 1 })],
+    ['reconcileOutbox probes', (w) => api.reconcileOutbox(w.durable, { probes: { telgram: async () => 'sent' } })],
+    ['new DurableEffectLedger', (w) => new DurableEffectLedger({ heart: w.heart, stor: w.store })],
+    ['new DurableEffectLedger {client}', () => new DurableEffectLedger({ client, intentTable: 'x' })],
+    ['durable.claimIntent', (w) => w.durable.claimIntent({ runId: R, effectKey: 'k', channel: 'mail', payloadDigest: 'd', payload_digest: 'd' })],
+    ['durable.markDispatched', (w) => w.durable.markDispatched({ runId: R, effectKey: 'k', fenceOwner: 'w', fenceExpiresAt: T0, fenceEpoch: 1 })],
+    ['durable.markCommitted', (w) => w.durable.markCommitted({ runId: R, effectKey: 'k', externalref: 'ref' })],
+    ['new LivenessReclaimer', (w) => new LivenessReclaimer({ heart: w.heart, ttl: 5 })],
+    ['reclaimer.reclaimDeadInstanceRuns', (w) => w.reclaimer.reclaimDeadInstanceRuns({ maxReclaims: 1 })],
+    ['reclaimer.registerInstance', (w) => w.reclaimer.registerInstance('i1', { pId: 1 })],
+    ['new SupabaseLeaseStore', () => new api.SupabaseLeaseStore({ client, page_size: 10 })],
+    ['new PgLeaseStore', () => new api.PgLeaseStore({ pool: { query: async () => ({ rows: [], fields: [] }) }, prepared: false })],
+    ['new SupabaseLeaseStore tables', () => new api.SupabaseLeaseStore({ client, tables: { run: 'agent_runs' } })],
+    ['store.conditionalUpdate conditions', (w) => w.store.conditionalUpdate(R, { status: 'ready' }, { eq: { status: 'leased' }, gt: { retries: 0 } })],
+  ];
+  for (const [name, call] of typos) {
+    const w = await world();
+    const before = snapshot(w);
+    await assert.rejects(async () => call(w), (e) => e instanceof TypeError && e.code === 'invalid-input' && /unknown (option|channel|table|condition)/.test(e.message), name);
+    assert.equal(snapshot(w), before, `${name} changed something`);
+  }
+  // Every option the API documents is still accepted.
+  const w = await world();
+  assert.ok((await w.heart.listRuns({ status: 'ready', limit: 5 })).length >= 1);
+  await w.heart.reclaimExpired({ limit: 1 });
+  await w.heart.reclaimDeadInstanceRuns({ ttlMs: 1, maxReclaimsPerCycle: 1 });
+  await w.heart.registerInstance('i1', { hostname: 'h', pid: 1, metadata: { a: 1 } });
+  await new HeartFleet({ store: new MemoryLeaseStore(T0) }).ensureResourceRun('kind', 'key', { objective: 'o', createdBy: 'me' });
+  await api.reconcileOutbox(w.durable, { probes: { telegram: async () => 'unknown' }, maxAttempts: 1, limit: 1, heart: w.heart });
+  await w.reclaimer.reclaimDeadInstanceRuns({ maxReclaimsPerCycle: 1 });
+  assert.ok(new LivenessReclaimer({ heart: w.heart, ttlMs: 5 }));
+  assert.ok(new api.SupabaseLeaseStore({ client, now: () => 0, tables: { runs: 'r', intents: 'i', log: 'l', instances: 'n' }, casRetries: 2, pageSize: 10 }));
+  const opts = { runId: R2, owner: 'w', ttlSeconds: 60, renewEveryMs: 1000, releaseToReady: false, autoHeartbeat: false, clock: () => 0 };
+  assert.equal((await api.executeWithLease(w.heart, opts, async () => 7)).result, 7);
+});
 
 test('the process survives garbage sent straight to the native module', () => {
   // The package never exposes these, but nothing that reaches them may abort the process.

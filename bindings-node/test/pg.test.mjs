@@ -277,3 +277,75 @@ test('the receipts table sink and the constructor checks', { skip }, async () =>
   const own = new PgLeaseStore({ connectionString: url });
   await own.end();
 });
+
+test('a statement without an answer fails at queryTimeoutMs, and the pool goes on', { skip }, async () => {
+  const id = await seedRun();
+  // The store's own pool: the server abandons the statement at the same deadline.
+  const conn = new URL(url);
+  conn.searchParams.set('options', `-c search_path=${schema}`);
+  const timedStore = new PgLeaseStore({ connectionString: conn.href, queryTimeoutMs: 300 });
+  const timed = new HeartFleet({ store: timedStore });
+  // Another session holds the row: the acquire's UPDATE waits for the lock, with no answer.
+  const blocker = new pg.Client({ connectionString: url, options: `-c search_path=${schema}` });
+  await blocker.connect();
+  await blocker.query('BEGIN');
+  await blocker.query('SELECT 1 FROM agent_runs WHERE id = $1 FOR UPDATE', [id]);
+  const started = Date.now();
+  await assert.rejects(timed.acquire(id, 'w', 60), (e) => e.code === 'store-unavailable' && /timeout/i.test(e.message));
+  assert.ok(Date.now() - started < 3000, 'the deadline held');
+  await blocker.query('ROLLBACK');
+  await blocker.end();
+  // A later request gets a working connection.
+  let later;
+  for (let i = 0; i < 20 && !later?.acquired; i += 1) {
+    later = await timed.acquire(id, 'w', 60).catch(() => null);
+    if (!later?.acquired) await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(later.acquired, true);
+  assert.equal(later.fence.epoch, 1, 'the abandoned acquire was cancelled by the server, not applied');
+  await timedStore.end();
+});
+
+test('PgLeaseStore options: unknown names and bad values are TypeErrors', { skip }, async () => {
+  assert.throws(() => new PgLeaseStore({ pool: pool(), queryTimeout: 5 }), (e) => e instanceof TypeError && e.code === 'invalid-input' && /queryTimeout/.test(e.message));
+  assert.throws(() => new PgLeaseStore({ pool: pool(), queryTimeoutMs: 0 }), TypeError);
+  assert.throws(() => new PgLeaseStore({ pool: pool(), prepare: 'no' }), TypeError);
+  assert.equal(new PgLeaseStore({ connectionString: `${url}?pgbouncer=true` })._prepare, false);
+  assert.equal(new PgLeaseStore({ connectionString: url })._prepare, true);
+});
+
+// Through PgBouncer in transaction mode (2 server connections): named prepared statements
+// would not follow a client, so `pgbouncer=true` sends every statement unnamed.
+const pooled = process.env.HEART_PGBOUNCER_URL;
+const skipPooled = !url ? 'SKIPPED: DATABASE_URL is not set' : pooled ? false : 'SKIPPED: HEART_PGBOUNCER_URL is not set';
+if (url && !pooled && process.env.CI) {
+  test('PgBouncer is required under CI', () => assert.fail('HEART_PGBOUNCER_URL is not set (scripts/test-all.sh starts PgBouncer)'));
+}
+
+test('through a transaction pooler: migrate, and four fleets cycling at once', { skip: skipPooled }, async () => {
+  const conn = `${pooled}${pooled.includes('?') ? '&' : '?'}pgbouncer=true`;
+  const stores = [1, 2, 3, 4].map(() => new PgLeaseStore({ connectionString: conn, max: 2 }));
+  try {
+    await stores[0].migrate();
+    assert.ok((await stores[1].migrate()).every((m) => !m.applied));
+    const tag = `${process.pid}-${Date.now()}`;
+    const setup = new HeartFleet({ store: stores[0] });
+    const runs = [];
+    for (let i = 0; i < 4; i += 1) runs.push((await setup.ensureResourceRun('pooler-test', `${tag}-${i}`)).run.id);
+    const cycles = await Promise.all(
+      stores.map(async (store, i) => {
+        const fleet = new HeartFleet({ store });
+        for (let n = 0; n < 25; n += 1) {
+          const a = await fleet.acquire(runs[i], `w${i}`, 60);
+          assert.equal(a.acquired, true, `fleet ${i} cycle ${n}: ${a.reason}`);
+          assert.equal(await fleet.verifyFence(a.fence), true);
+          assert.notEqual(await fleet.release(a.fence, 'ready'), null);
+        }
+        return 25;
+      }),
+    );
+    assert.equal(cycles.reduce((a, b) => a + b, 0), 100);
+  } finally {
+    await Promise.all(stores.map((s) => s.end()));
+  }
+});

@@ -146,3 +146,35 @@ async def test_a_cancelled_operation_leaves_the_fleet_usable(memory: hf.MemoryLe
     fast = hf.HeartFleet(memory)
     assert (await fast.acquire_async("r2", "w", 60)).acquired
     assert T0.startswith("2026")
+
+
+def test_an_asyncio_store_that_never_answers_fails_at_store_timeout() -> None:
+    import time
+
+    class Silent:
+        def __init__(self) -> None:
+            self.memory = hf.MemoryLeaseStore(T0)
+            self.memory.insert({"id": "r1"})
+            self.calls = 0
+
+        async def execute(self, request: dict[str, Any]) -> dict[str, Any]:
+            self.calls += 1
+            await asyncio.Event().wait()  # never set: no answer, ever
+            return self.memory.execute(request)
+
+    store = Silent()
+    heart = hf.HeartFleet(store, store_timeout=0.2)
+
+    async def go() -> None:
+        started = time.monotonic()
+        with pytest.raises(hf.StoreUnavailableError) as e:
+            await heart.acquire_async("r1", "w", 60)
+        assert time.monotonic() - started < 2
+        assert "no answer within 0.2 s" in str(e.value)
+
+    asyncio.run(go())
+    assert store.calls == 1
+    assert store.memory.get_run("r1").status == "ready"
+    for bad in (0, -1, float("nan"), "1", True, 10**9):
+        with pytest.raises(hf.InvalidTypeError):
+            hf.HeartFleet(store, store_timeout=bad)  # type: ignore[arg-type]

@@ -1,11 +1,14 @@
 """Bad input at every public entry point: wrong types, empty strings, huge and non-finite
-numbers raise an ``InvalidInputError`` (a ``ValueError``) or ``InvalidTypeError`` (a
-``TypeError``), both ``HeartFleetError`` with code ``invalid-input``, before any store call:
-nothing changes (rows, counters, receipts, the store's request count)."""
+numbers, strings with a lone surrogate, values nested past the core's 512 levels, circular
+values, misspelt keyword options and probe channels raise an ``InvalidInputError`` (a
+``ValueError``) or ``InvalidTypeError`` (a ``TypeError``), both ``HeartFleetError`` with code
+``invalid-input``, before any store call: nothing changes (rows, counters, receipts, the
+store's request count)."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any, Callable
 
 import pytest
@@ -16,6 +19,24 @@ from conftest import T0, snapshot
 NAN = float("nan")
 INF = float("inf")
 HUGE = 2**70
+LONE = "r\ud800"  # a lone surrogate: no UTF-8 form
+
+
+def nested(n: int) -> list[Any]:
+    top: list[Any] = []
+    x = top
+    for _ in range(n - 1):
+        y: list[Any] = []
+        x.append(y)
+        x = y
+    return top
+
+
+CIRCULAR: list[Any] = [1]
+CIRCULAR.append(CIRCULAR)
+#: (label, value): lists nested past the core's limit, and circular values.
+DEEP = (("nested 513", nested(513)), ("nested 5000", nested(5000)), ("nested 10000", nested(10_000)))
+ODD_JSON = (*DEEP, ("circular list", CIRCULAR), ("dict holding a circular list", {"x": CIRCULAR}))
 
 
 def _env() -> tuple[hf.MemoryLeaseStore, hf.HeartFleet, hf.FencingToken, hf.DurableEffectLedger]:
@@ -52,6 +73,8 @@ def cases() -> list[tuple[str, Callable[[Any, Any, Any, Any], Any]]]:
         {"runId": "", "owner": "w", "leaseExpiresAt": "2026-07-30T00:01:00.000Z"},
         {"runId": "r1", "owner": "w", "leaseExpiresAt": "not a time"},
         {"runId": "r1", "owner": "w", "leaseExpiresAt": "2026-07-30T00:01:00.000Z", "epoch": 1.5},
+        {"runId": LONE, "owner": "w", "leaseExpiresAt": "2026-07-30T00:01:00.000Z"},
+        {"runId": "r1", "owner": "\udc00w", "leaseExpiresAt": "2026-07-30T00:01:00.000Z"},
     ]
     for bad in bad_fences:
         add(f"renew(fence={bad!r})", lambda s, h, f, d, bad=bad: h.renew(bad, 60))
@@ -70,7 +93,7 @@ def cases() -> list[tuple[str, Callable[[Any, Any, Any, Any], Any]]]:
         add(f"liveness(max={bad!r})", lambda s, h, f, d, bad=bad: h.reclaim_dead_instance_runs(90_000, bad))
         add(f"list_runs(limit={bad!r})", lambda s, h, f, d, bad=bad: h.list_runs(None, bad))
         add(f"find_stale_dispatched({bad!r})", lambda s, h, f, d, bad=bad: d.find_stale_dispatched(bad))
-    for bad in ("", None, 5, b"r1"):
+    for bad in ("", None, 5, b"r1", LONE, "\udc00"):
         add(f"get_run({bad!r})", lambda s, h, f, d, bad=bad: h.get_run(bad))
         add(f"requeue_run({bad!r})", lambda s, h, f, d, bad=bad: h.requeue_run(bad, "op"))
         add(f"requeue_run(operator={bad!r})", lambda s, h, f, d, bad=bad: h.requeue_run("r1", bad))
@@ -89,6 +112,12 @@ def cases() -> list[tuple[str, Callable[[Any, Any, Any, Any], Any]]]:
     add("register_instance(hostname=5)", lambda s, h, f, d: h.register_instance("i", hostname=5))
     add("register_instance(metadata=set)", lambda s, h, f, d: h.register_instance("i", metadata={1}))
     add("register_instance(metadata=nan)", lambda s, h, f, d: h.register_instance("i", metadata={"x": NAN}))
+    add("register_instance(hostname=lone surrogate)", lambda s, h, f, d: h.register_instance("i", hostname=LONE))
+    add("register_instance(metadata=circular)", lambda s, h, f, d: h.register_instance("i", metadata=CIRCULAR))
+    for label, deep in DEEP:
+        add(f"register_instance(metadata={label})", lambda s, h, f, d, deep=deep: h.register_instance("i", metadata=deep))
+        add(f"insert(budget={label})", lambda s, h, f, d, deep=deep: s.insert({"id": "x", "budget": deep}))
+    add("ensure_resource_run(objective=lone surrogate)", lambda s, h, f, d: h.ensure_resource_run("k", "v", objective=LONE))
     add("ensure_resource_run(objective=5)", lambda s, h, f, d: h.ensure_resource_run("k", "v", objective=5))
     add("list_runs(status=bogus)", lambda s, h, f, d: h.list_runs("bogus"))
     add("list_runs(status=5)", lambda s, h, f, d: h.list_runs(5))
@@ -120,8 +149,11 @@ def cases() -> list[tuple[str, Callable[[Any, Any, Any, Any], Any]]]:
         {"to_external_ref": 5},
         {"fence": None},
         {"fence": good() and {"runId": "r1"}},
+        {"effect_key": LONE},
     ):
         add(f"send_once({over!r})", send(over))
+    for label, bad in ODD_JSON:
+        add(f"send_once(payload={label})", send({"payload": bad}))
     add("send_once(send=async def)", lambda s, h, f, d: hf.send_once(h, d, fence=f, **{**base, "send": coro}))
     add("send_once(ledger=memory)", lambda s, h, f, d: hf.send_once(h, hf.MemoryEffectLedger(), fence=f, **base))
     add("send_once(heart=5)", lambda s, h, f, d: hf.send_once(5, d, fence=f, **base))
@@ -132,6 +164,8 @@ def cases() -> list[tuple[str, Callable[[Any, Any, Any, Any], Any]]]:
     add("reconcile(probe=5)", lambda s, h, f, d: hf.reconcile_outbox(d, {"mail": 5}))
     add("reconcile(max_attempts=-1)", lambda s, h, f, d: hf.reconcile_outbox(d, {}, max_attempts=-1))
     add("reconcile(limit=x)", lambda s, h, f, d: hf.reconcile_outbox(d, {}, limit="x"))
+    add("reconcile(probes=misspelt channel)", lambda s, h, f, d: hf.reconcile_outbox(d, {"telgram": lambda i: "sent"}))
+    add("reconcile(probes=unknown channel)", lambda s, h, f, d: hf.reconcile_outbox(d, {"sms": lambda i: "sent"}))
     # execute_with_lease
     work = lambda lease: None  # noqa: E731
     add("execute(heart=5)", lambda s, h, f, d: hf.execute_with_lease(5, "r1", "w", 60, work))
@@ -142,6 +176,9 @@ def cases() -> list[tuple[str, Callable[[Any, Any, Any, Any], Any]]]:
     add("execute(release_to_ready=yes)", lambda s, h, f, d: hf.execute_with_lease(h, "r1", "w", 60, work, release_to_ready="yes"))
     add("execute(clock=5)", lambda s, h, f, d: hf.execute_with_lease(h, "r1", "w", 60, work, clock=5))
     add("execute(work=5)", lambda s, h, f, d: hf.execute_with_lease(h, "r1", "w", 60, 5))
+    add("with execute(ttl=2**70)", lambda s, h, f, d: hf.execute_with_lease(h, "r1", "w", HUGE).__enter__())
+    add("with execute(renew_every_ms=2**70)", lambda s, h, f, d: hf.execute_with_lease(h, "r1", "w", 60, renew_every_ms=HUGE).__enter__())
+    add("with execute(run_id=lone surrogate)", lambda s, h, f, d: hf.execute_with_lease(h, LONE, "w", 60).__enter__())
     # liveness, ledgers
     add("LivenessReclaimer(5)", lambda s, h, f, d: hf.LivenessReclaimer(5))
     add("LivenessReclaimer(ttl_ms=-1)", lambda s, h, f, d: hf.LivenessReclaimer(h, -1))
@@ -152,6 +189,15 @@ def cases() -> list[tuple[str, Callable[[Any, Any, Any, Any], Any]]]:
         add(f"digest({bad!r})", lambda s, h, f, d, bad=bad: hf.digest(bad))
         add(f"canonical_sha256({bad!r})", lambda s, h, f, d, bad=bad: hf.canonical_sha256(bad))
         add(f"effect_key(identity={bad!r})", lambda s, h, f, d, bad=bad: hf.effect_key("p", bad))
+    for label, bad in ODD_JSON:
+        add(f"canonicalize({label})", lambda s, h, f, d, bad=bad: hf.canonicalize(bad))
+        add(f"digest({label})", lambda s, h, f, d, bad=bad: hf.digest(bad))
+        add(f"canonical_sha256({label})", lambda s, h, f, d, bad=bad: hf.canonical_sha256(bad))
+        add(f"effect_key(identity={label})", lambda s, h, f, d, bad=bad: hf.effect_key("p", bad))
+        add(f"verify_receipt({label})", lambda s, h, f, d, bad=bad: hf.verify_receipt({"x": bad}))
+    add("deterministic_resource_id(k, lone surrogate)", lambda s, h, f, d: hf.deterministic_resource_id("k", LONE))
+    add("deterministic_resource_id(lone surrogate, k)", lambda s, h, f, d: hf.deterministic_resource_id("\udc00", "k"))
+    add("effect_key(prefix=lone surrogate)", lambda s, h, f, d: hf.effect_key(LONE, {}))
     add("sha256_hex(5)", lambda s, h, f, d: hf.sha256_hex(5))
     add("deterministic_resource_id(5, k)", lambda s, h, f, d: hf.deterministic_resource_id(5, "k"))
     add("deterministic_resource_id('', k)", lambda s, h, f, d: hf.deterministic_resource_id("", "k"))
@@ -178,11 +224,45 @@ def cases() -> list[tuple[str, Callable[[Any, Any, Any, Any], Any]]]:
     add("insert_instance(5)", lambda s, h, f, d: s.insert_instance(5))
     add("fail_after(times=-1)", lambda s, h, f, d: s.fail_after("*", 0, -1))
     add("execute_json(5)", lambda s, h, f, d: s.execute_json(5))
+    add("execute_json(lone surrogate)", lambda s, h, f, d: s.execute_json('{"op":"read_run","run_id":"\ud800"}'))
+    add("from_scenario(lone surrogate)", lambda s, h, f, d: hf.MemoryLeaseStore.from_scenario('{"x":"\ud800"}'))
+    add("sqlite execute_json(lone surrogate)", lambda s, h, f, d: hf.SqliteLeaseStore(":memory:").execute_json("\ud800"))
     add("execute(5)", lambda s, h, f, d: s.execute(5))
     add("from_scenario(5)", lambda s, h, f, d: hf.MemoryLeaseStore.from_scenario(5))
     add("from_scenario('{}')", lambda s, h, f, d: hf.MemoryLeaseStore.from_scenario("{}"))
     add("SqliteLeaseStore(5)", lambda s, h, f, d: hf.SqliteLeaseStore(5))
     add("SqliteLeaseStore(timeout=-1)", lambda s, h, f, d: hf.SqliteLeaseStore(":memory:", timeout=-1))
+    add("SqliteLeaseStore('a\\0b')", lambda s, h, f, d: hf.SqliteLeaseStore("a\0b"))
+    add("SqliteLeaseStore(lone surrogate)", lambda s, h, f, d: hf.SqliteLeaseStore("/tmp/heart-fleet-\ud800.db"))
+    add("AsyncSqliteLeaseStore('a\\0b')", lambda s, h, f, d: hf.AsyncSqliteLeaseStore("a\0b"))
+    # Misspelt keyword options and missing arguments: coded too (and still TypeErrors).
+    work_ = lambda lease: None  # noqa: E731
+    for name, call in (
+        ("HeartFleet(maxRetry=3)", lambda s, h, f, d: hf.HeartFleet(s, maxRetry=3)),
+        ("HeartFleet(on_reciept=...)", lambda s, h, f, d: hf.HeartFleet(s, on_reciept=print)),
+        ("acquire(ttl=60)", lambda s, h, f, d: h.acquire("r1", "w", ttl=60)),
+        ("acquire(missing ttl)", lambda s, h, f, d: h.acquire("r1", "w")),
+        ("list_runs(statuses=...)", lambda s, h, f, d: h.list_runs(statuses="ready")),
+        ("register_instance(host=...)", lambda s, h, f, d: h.register_instance("i", host="x")),
+        ("ensure_resource_run(createdBy=...)", lambda s, h, f, d: h.ensure_resource_run("k", "v", createdBy="x")),
+        ("reclaim_dead_instance_runs(ttl=...)", lambda s, h, f, d: h.reclaim_dead_instance_runs(ttl=1)),
+        ("execute_with_lease(renewEveryMs=...)", lambda s, h, f, d: hf.execute_with_lease(h, "r1", "w", 60, work_, renewEveryMs=5)),
+        ("LeaseScope(release_to_redy=...)", lambda s, h, f, d: hf.LeaseScope(h, "r1", "w", 60, release_to_redy=True)),
+        ("send_once(toExternalRef=...)", lambda s, h, f, d: hf.send_once(h, d, fence=f, **base, toExternalRef=ok)),
+        ("send_once(positional)", lambda s, h, f, d: hf.send_once(h, d, f, "mail", "k", {}, ok)),
+        ("guard_irreversible(extra)", lambda s, h, f, d: hf.guard_irreversible(h, f, hf.MemoryEffectLedger(), "k", ok, retries=1)),
+        ("reconcile_outbox(maxAttempts=...)", lambda s, h, f, d: hf.reconcile_outbox(d, {}, maxAttempts=1)),
+        ("find_stale_dispatched(lim=...)", lambda s, h, f, d: d.find_stale_dispatched(lim=1)),
+        ("LivenessReclaimer(ttl=...)", lambda s, h, f, d: hf.LivenessReclaimer(h, ttl=1)),
+        ("MemoryLeaseStore(clock=...)", lambda s, h, f, d: hf.MemoryLeaseStore(clock=0)),
+        ("SqliteLeaseStore(busy_timeout=...)", lambda s, h, f, d: hf.SqliteLeaseStore(":memory:", busy_timeout=1)),
+        ("PsycopgLeaseStore(prepared=...)", lambda s, h, f, d: hf.PsycopgLeaseStore(None, prepared=False)),
+        ("AsyncPsycopgLeaseStore(prepared=...)", lambda s, h, f, d: hf.AsyncPsycopgLeaseStore(None, prepared=False)),
+        ("memory ledger record_once(missing)", lambda s, h, f, d: hf.MemoryEffectLedger().record_once("r1")),
+        ("canonicalize()", lambda s, h, f, d: hf.canonicalize()),
+        ("effect_key(extra)", lambda s, h, f, d: hf.effect_key("p", {}, salt=1)),
+    ):
+        add(name, call)
     add("PsycopgLeaseStore(5)", lambda s, h, f, d: hf.PsycopgLeaseStore(5))
     add("AsyncPsycopgLeaseStore(5)", lambda s, h, f, d: hf.AsyncPsycopgLeaseStore(5))
     return out
@@ -221,6 +301,14 @@ ASYNC_CASES: list[tuple[str, Callable[[Any, Any, Any], Any]]] = [
     ("reconcile_outbox_async(limit=-1)", lambda h, f, d: hf.reconcile_outbox_async(d, {}, limit=-1)),
     ("execute_with_lease_async(work=5)", lambda h, f, d: hf.execute_with_lease_async(h, "r1", "w", 60, 5)),
     ("record_once_async('')", lambda h, f, d: d.record_once_async("", "k")),
+    ("acquire_async(ttl=60)", lambda h, f, d: h.acquire_async("r1", "w", ttl=60)),
+    ("get_run_async(lone surrogate)", lambda h, f, d: h.get_run_async(LONE)),
+    (
+        "send_once_async(toExternalRef=...)",
+        lambda h, f, d: hf.send_once_async(h, d, fence=f, channel="mail", effect_key="k", payload={}, send=lambda c: 1, toExternalRef=str),
+    ),
+    ("reconcile_outbox_async(probes=misspelt)", lambda h, f, d: hf.reconcile_outbox_async(d, {"telgram": lambda i: "sent"})),
+    ("execute_with_lease_async(renewEveryMs=...)", lambda h, f, d: hf.execute_with_lease_async(h, "r1", "w", 60, lambda l: 1, renewEveryMs=1)),
 ]
 
 
@@ -236,3 +324,51 @@ def test_bad_input_to_the_async_api(name: str, call: Callable[[Any, Any, Any], A
         asyncio.run(go())
     assert e.value.code == "invalid-input"
     assert (snapshot(store), store.request_count(), heart.metrics) == before
+
+
+def test_a_lone_surrogate_in_a_run_id_or_owner_gives_acquire_its_documented_shape() -> None:
+    for run_id, owner in ((LONE, "w"), ("r1", "\udc00w"), ("r1", "w\ud83d"), ("\udfff", "\ud800")):
+        store, heart, fence, durable = _env()
+        before = (snapshot(store), store.request_count(), heart.metrics, heart.receipts())
+        r = heart.acquire(run_id, owner, 60)
+        assert (r.acquired, r.run, r.fence, r.reason, r.code) == (False, None, None, "Invalid input", "invalid-input")
+        x = hf.execute_with_lease(heart, run_id, owner, 60, lambda lease: pytest.fail("the work ran"))
+        assert (x.ran, x.reason, x.code) == (False, "lease-error", "invalid-input")
+        assert asyncio.run(heart.acquire_async(run_id, owner, 60)) == r
+        assert (snapshot(store), store.request_count(), heart.metrics, heart.receipts()) == before
+
+
+def test_a_ttl_or_period_beyond_64_bits_is_a_bad_value_not_an_overflow() -> None:
+    store, heart, fence, durable = _env()
+    before = (snapshot(store), store.request_count(), heart.metrics)
+    for kw in ({"ttl_seconds": HUGE}, {"ttl_seconds": -HUGE}, {"ttl_seconds": 60, "renew_every_ms": HUGE}):
+        ttl = kw.pop("ttl_seconds")
+        r = hf.execute_with_lease(heart, "r1", "w", ttl, lambda lease: pytest.fail("the work ran"), **kw)
+        assert (r.ran, r.reason, r.code) == (False, "lease-error", "invalid-input")
+        ra = asyncio.run(hf.execute_with_lease_async(heart, "r1", "w", ttl, lambda lease: pytest.fail("the work ran"), **kw))
+        assert (ra.ran, ra.reason, ra.code) == (False, "lease-error", "invalid-input")
+    assert heart.acquire("r1", "w", HUGE).code == "invalid-input"
+    assert (snapshot(store), store.request_count(), heart.metrics) == before
+
+
+def test_sha256_hex_of_a_lone_surrogate_is_the_reference_digest() -> None:
+    # TextEncoder (the reference, the Node package) writes a lone surrogate as U+FFFD.
+    assert hf.sha256_hex("a\ud800") == hf.sha256_hex("a\ufffd")
+    assert hf.sha256_hex("\ud800") == "83d544ccc223c057d2bf80d3f2a32982c32c3c0db8e2674820da5064783fb097"
+    assert hf.sha256_hex("\ud83d\ude00") == hf.sha256_hex("\U0001f600")
+
+
+def test_the_depth_limit_is_the_cores_512_levels() -> None:
+    assert hf.canonicalize(nested(512)) == "[" * 512 + "]" * 512
+    for n in (513, 5000, 10_000):
+        with pytest.raises(hf.InvalidInputError, match="nesting deeper than 512 levels"):
+            hf.canonicalize(nested(n))
+
+
+def test_coded_methods_keep_their_kind() -> None:
+    # The coded wrappers keep coroutine functions coroutine functions, and the docs.
+    assert inspect.iscoroutinefunction(hf.HeartFleet.acquire_async)
+    assert inspect.iscoroutinefunction(hf.send_once_async)
+    assert not inspect.iscoroutinefunction(hf.send_once)
+    assert hf.HeartFleet.acquire.__doc__ and "fenced lease" in hf.HeartFleet.acquire.__doc__
+    assert list(inspect.signature(hf.HeartFleet.acquire).parameters) == ["self", "run_id", "owner", "ttl_seconds"]

@@ -5,8 +5,11 @@ private database per test session (``conftest.pg_url``). These tests FAIL, not s
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+import uuid
+from typing import Any
 
 import pytest
 
@@ -130,11 +133,15 @@ def test_the_receipt_sinks_append_to_heart_receipts(pg_url: str) -> None:
 
 
 def test_a_failed_statement_is_store_unavailable(pg_url: str) -> None:
-    with hf.PsycopgLeaseStore.connect(pg_url) as store:
-        heart = hf.HeartFleet(store)
-        store.conn.close()
-        with pytest.raises(hf.StoreUnavailableError):
-            heart.acquire(pg_run_id(), "w", 60)
+    import psycopg
+
+    # A connection of the caller's (a store never replaces one it did not open), closed.
+    conn = psycopg.connect(pg_url, autocommit=True)
+    store = hf.PsycopgLeaseStore(conn)
+    heart = hf.HeartFleet(store)
+    conn.close()
+    with pytest.raises(hf.StoreUnavailableError):
+        heart.acquire(pg_run_id(), "w", 60)
 
 
 def test_the_async_store(pg_url: str) -> None:
@@ -165,5 +172,99 @@ def test_the_async_store(pg_url: str) -> None:
         finally:
             for s in stores:
                 await s.close()
+
+    asyncio.run(go())
+
+
+def _locked(url: str, run_id: str) -> Any:
+    """Another session holding the run's row lock (a statement on it waits, with no answer)."""
+    import psycopg
+
+    blocker = psycopg.connect(url)
+    blocker.execute("SELECT 1 FROM agent_runs WHERE id = %s FOR UPDATE", (run_id,))
+    return blocker
+
+
+def test_a_statement_without_an_answer_fails_at_its_deadline_and_is_not_applied(pg_url: str) -> None:
+    rid = pg_run_id()
+    seed_pg_run(pg_url, rid)
+    for make in ("sync", "async"):
+        blocker = _locked(pg_url, rid)
+        started = time.monotonic()
+        if make == "sync":
+            with hf.PsycopgLeaseStore.connect(pg_url, statement_timeout_ms=300) as store:
+                with pytest.raises(hf.StoreUnavailableError):
+                    hf.HeartFleet(store).acquire(rid, "w", 60)
+        else:
+
+            async def go() -> None:
+                store = await hf.AsyncPsycopgLeaseStore.connect(pg_url, statement_timeout_ms=300)
+                try:
+                    with pytest.raises(hf.StoreUnavailableError):
+                        await hf.HeartFleet(store).acquire_async(rid, "w", 60)
+                finally:
+                    await store.close()
+
+            asyncio.run(go())
+        assert time.monotonic() - started < 3, make
+        blocker.rollback()
+        blocker.close()
+    # The server abandoned both statements at the same deadline: the run is still free.
+    with hf.PsycopgLeaseStore.connect(pg_url) as store:
+        a = hf.HeartFleet(store).acquire(rid, "w", 60)
+        assert a.acquired and a.fence is not None and a.fence.epoch == 1
+
+
+def test_a_lost_connection_fails_one_request_and_the_next_one_reconnects(pg_url: str) -> None:
+    import psycopg
+
+    rid = pg_run_id()
+    seed_pg_run(pg_url, rid)
+    app = f"heart-py-{uuid.uuid4().hex[:8]}"
+    with hf.PsycopgLeaseStore.connect(pg_url, application_name=app) as store:
+        heart = hf.HeartFleet(store)
+        a = heart.acquire(rid, "w", 60)
+        assert a.fence is not None
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            n = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchone()
+            assert n is not None and n[0] == 1
+        with pytest.raises(hf.StoreUnavailableError):
+            heart.verify_fence(a.fence)
+        assert heart.verify_fence(a.fence) is True
+        assert heart.release(a.fence, "completed") is not None
+
+
+def test_through_a_transaction_pooler_with_pgbouncer_true() -> None:
+    url = os.environ.get("HEART_PGBOUNCER_URL", "")
+    if not url:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but HEART_PGBOUNCER_URL is not (scripts/test-all.sh starts PgBouncer)")
+        pytest.skip("HEART_PGBOUNCER_URL is not set")
+    pooled = url + ("&" if "?" in url else "?") + "pgbouncer=true"
+    tag = uuid.uuid4().hex[:8]
+    with hf.PsycopgLeaseStore.connect(pooled) as first, hf.PsycopgLeaseStore.connect(pooled) as second:
+        first.migrate()
+        assert all(applied is False for _, applied in second.migrate())
+        fleets = [hf.HeartFleet(first), hf.HeartFleet(second)]
+        runs = [fleets[0].ensure_resource_run("pooler-py", f"{tag}-{i}").run.id for i in range(2)]
+        # The two stores' statements interleave over the pooler's server connections.
+        for n in range(30):
+            for fleet, rid in zip(fleets, runs):
+                a = fleet.acquire(rid, "w", 60)
+                assert a.acquired and a.fence is not None, (n, a.reason)
+                assert fleet.verify_fence(a.fence)
+                assert fleet.release(a.fence, "ready") is not None
+
+    async def go() -> None:
+        store = await hf.AsyncPsycopgLeaseStore.connect(pooled)
+        try:
+            heart = hf.HeartFleet(store)
+            rid = (await heart.ensure_resource_run_async("pooler-py", f"{tag}-async")).run.id
+            for _ in range(10):
+                a = await heart.acquire_async(rid, "w", 60)
+                assert a.acquired and a.fence is not None
+                assert await heart.release_async(a.fence, "ready") is not None
+        finally:
+            await store.close()
 
     asyncio.run(go())

@@ -170,9 +170,33 @@ impl Io {
     }
 }
 
-/// The error for an answer of the wrong kind (a host bug).
+/// The error for an answer of the wrong kind (a host bug): one line naming the step and the
+/// kind of answer that came, never the answer's contents (rows, timestamps, Rust `Debug`
+/// text), which belong to the store and not to an error message.
 pub(crate) fn mismatch(step: &str, got: &Answer) -> HeartError {
-    HeartError::new(ErrorCode::StoreProtocol, format!("unexpected answer at {step}: {got:?}"))
+    use crate::request::StoreReply as R;
+    let what = match got {
+        Answer::Store(Ok(a)) => match &a.reply {
+            R::Now => "a store reply of kind now",
+            R::Run { .. } => "a store reply of kind run",
+            R::RunWrite { .. } => "a store reply of kind run_write",
+            R::Runs { .. } => "a store reply of kind runs",
+            R::Ensured { .. } => "a store reply of kind ensured",
+            R::Claim { .. } => "a store reply of kind claim",
+            R::Intent { .. } => "a store reply of kind intent",
+            R::Intents { .. } => "a store reply of kind intents",
+            R::Log { .. } => "a store reply of kind log",
+            R::Instances { .. } => "a store reply of kind instances",
+        },
+        Answer::Store(Err(_)) => "a store failure",
+        Answer::Recorded(_) => "an effect ledger answer",
+        Answer::Effect(_) => "an effect result",
+        Answer::Probe(_) => "a probe verdict",
+    };
+    HeartError::new(
+        ErrorCode::StoreProtocol,
+        format!("unexpected answer at {step}: {what}, not the reply this step needs"),
+    )
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, HeartError>> + Send>>;

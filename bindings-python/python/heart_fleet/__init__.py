@@ -93,6 +93,8 @@ from .types import (
     SendOnceResult,
 )
 
+from . import _check as _checks
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -174,3 +176,33 @@ __all__ = [
     "sha256_hex",
     "verify_receipt",
 ]
+
+
+def _coded_api() -> None:
+    """A misspelt keyword (``HeartFleet(store, maxRetry=3)``) or a missing argument is an
+    ``InvalidTypeError`` (code ``invalid-input``, still a ``TypeError``) at every public
+    function and method, like every other bad input, instead of Python's uncoded TypeError."""
+    import inspect
+
+    g = globals()
+    for name in __all__:
+        if inspect.isfunction(g[name]):
+            g[name] = _checks.coded_call(g[name])
+    for cls in (
+        HeartFleet,
+        MemoryLeaseStore,
+        SqliteLeaseStore,
+        AsyncSqliteLeaseStore,
+        PsycopgLeaseStore,
+        AsyncPsycopgLeaseStore,
+        DurableEffectLedger,
+        MemoryEffectLedger,
+        LivenessReclaimer,
+        LeaseScope,
+        Lease,
+        AsyncLease,
+    ):
+        _checks.coded_methods(cls)
+
+
+_coded_api()

@@ -8,6 +8,15 @@ runner as a call ``(function, *args)``, and the runner sends back ``(True, value
 awaits the result when it is awaitable (an asyncio store, an async effect), so the event loop
 keeps running while the store works. With the memory store attached, the store requests are
 answered inside Rust and most operations finish in ``begin`` without a yield.
+
+Cancellation (asyncio): a store call that is cancelled propagates ``CancelledError`` and the
+machine is dropped. A store that runs its requests on a thread (``AsyncSqliteLeaseStore``)
+rolls the cancelled request back, unless it had already passed its commit point: then it
+raises :class:`CancelledAfterCommit` carrying the answer, and :func:`run_async` resumes the
+machine with it, so the write is recorded (receipts, counters). If that finished the
+operation, its final step is returned (marked ``"cancelled": true``; the cancellation is
+absorbed because the operation completed); if the machine needs more, the cancellation
+stands and ``CancelledError`` is raised before any further I/O.
 """
 
 from __future__ import annotations
@@ -15,10 +24,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
-from .errors import InvalidTypeError, error_for_code
+from .errors import InvalidTypeError, StoreUnavailableError, error_for_code
 
 Call = tuple[Any, ...]
 Sent = tuple[bool, Any]
@@ -40,6 +49,16 @@ class Fleetlike(Protocol):
     _text_store: bool
 
     def _deliver(self, receipts: list[dict[str, Any]]) -> None: ...
+
+
+class CancelledAfterCommit(asyncio.CancelledError):
+    """Raised by a store whose request was cancelled after its write committed: ``answer`` is
+    the request's answer (what the store would have returned), so the driving loop can record
+    the write instead of forgetting it."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__("cancelled after the store committed the request")
+        self.answer = answer
 
 
 def message_of(e: BaseException) -> str:
@@ -84,10 +103,11 @@ def steps(fleet: Fleetlike, op: Any, host: Host | None) -> Steps:
         need = step.get("need")
         if need == "store":
             request = op.request()
+            timeout = getattr(fleet, "_store_timeout", None)
             if fleet._text_store:
-                ok, v = yield (store.execute_json, request)
+                ok, v = yield (_StoreCall(store.execute_json, timeout), request)
             else:
-                ok, v = yield (store.execute, json.loads(request))
+                ok, v = yield (_StoreCall(store.execute, timeout), json.loads(request))
             if ok:
                 try:
                     answer = _answer_text(v)
@@ -129,6 +149,57 @@ def steps(fleet: Fleetlike, op: Any, host: Host | None) -> Steps:
         step = json.loads(text)
 
 
+class _StoreCall:
+    """A store method whose awaitable answer is waited for at most ``timeout`` seconds (the
+    fleet's ``store_timeout``); a blocking answer is returned as it is."""
+
+    def __init__(self, method: Callable[..., Any], timeout: float | None) -> None:
+        self.method = method
+        self.timeout = timeout
+        # run_sync names the method when it refuses an awaitable.
+        self.__qualname__ = getattr(method, "__qualname__", "the store's execute")
+
+    def __call__(self, *args: Any) -> Any:
+        v = self.method(*args)
+        if self.timeout is None or not (asyncio.iscoroutine(v) or asyncio.isfuture(v)):
+            return v
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return v  # the blocking loop: it refuses the awaitable itself
+        return _within(v, self.timeout)
+
+
+async def _within(awaitable: Any, seconds: float) -> Any:
+    """``awaitable``'s result within ``seconds``, else ``StoreUnavailableError``. Unlike
+    ``asyncio.wait_for``, a store whose write committed just as it was cancelled still hands
+    back its answer (``CancelledAfterCommit``), so that write is recorded, not lost."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        # Our caller was cancelled: cancel the store call too, as if it had been awaited
+        # directly, and pass on a write it could not undo (CancelledAfterCommit).
+        task.cancel()
+        try:
+            answer = await task
+        except asyncio.CancelledError:
+            raise  # CancelledAfterCommit included: run_async records its answer
+        raise CancelledAfterCommit(answer) from None
+    if task in done:
+        return task.result()
+    task.cancel()
+    try:
+        await task
+    except CancelledAfterCommit as c:
+        return c.answer
+    except BaseException:  # noqa: BLE001 - cancelled as asked, or failed on the way out
+        pass
+    else:
+        return task.result()
+    raise StoreUnavailableError(f"the store gave no answer within {seconds:g} s (store_timeout)")
+
+
 def run_sync(gen: Steps) -> dict[str, Any]:
     """Runs the loop with blocking calls. A call that returns an awaitable (an asyncio store
     behind a sync method) fails the step: use the ``*_async`` method."""
@@ -167,6 +238,16 @@ async def run_async(gen: Steps) -> dict[str, Any]:
             if inspect.isawaitable(v):
                 v = await v
             sent: Sent = (True, v)
+        except CancelledAfterCommit as c:
+            # The store wrote before the cancellation reached it: record what it wrote.
+            try:
+                call = gen.send((True, c.answer))
+            except StopIteration as e:
+                final: dict[str, Any] = e.value
+                final["cancelled"] = True
+                return final
+            gen.close()
+            raise asyncio.CancelledError() from None
         except asyncio.CancelledError:
             gen.close()
             raise
@@ -206,4 +287,4 @@ def ok_of(step: dict[str, Any]) -> Any:
     return step.get("ok")
 
 
-__all__ = ["Host", "drive_async", "drive_sync", "ok_of", "run_async", "run_sync", "start", "steps", "message_of"]
+__all__ = ["CancelledAfterCommit", "Host", "drive_async", "drive_sync", "ok_of", "run_async", "run_sync", "start", "steps", "message_of"]

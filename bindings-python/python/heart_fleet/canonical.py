@@ -4,6 +4,11 @@ The canonical form is the reference's ``dreamnet-sorted-json``: keys in UTF-16 c
 order, JavaScript number formatting, ``JSON.stringify`` string escaping. It is computed by
 the Rust core from the JSON text of a Python value (``json.dumps``), so it is byte for byte
 what every other runtime of heart-fleet produces.
+
+A value may nest lists and dicts at most 512 levels deep (``MAX_JSON_DEPTH`` of the core's
+canonical JSON); a deeper one is :class:`InvalidInputError` at any depth. A lone surrogate in
+a string value is kept (as its ``\\udxxx`` escape, as ``JSON.stringify`` does); in an id
+(``deterministic_resource_id``, an ``effect_key`` prefix) it is invalid input.
 """
 
 from __future__ import annotations
@@ -67,10 +72,14 @@ def _find_bad(v: Any, seen: set[int]) -> Exception | None:
 
 
 def json_text(value: Any) -> str:
-    """JSON text of a value for the core; the reference's errors for what JSON cannot hold."""
+    """JSON text of a value for the core; the reference's errors for what JSON cannot hold.
+    A value nested deeper than the core's ``MAX_JSON_DEPTH`` (512 levels of lists and dicts)
+    is an :class:`InvalidInputError`, whatever depth ``json.dumps`` gives up at."""
     try:
         return json.dumps(value, separators=(",", ":"), allow_nan=False)
     except (ValueError, TypeError, RecursionError):
+        if _check.nesting(value) == "deep":
+            raise _check.too_deep("Canonical JSON Error") from None
         bad = _find_bad(value, set())
         raise (bad or InvalidTypeError("Canonical JSON Error: the value is not JSON")) from None
 
@@ -92,24 +101,35 @@ def canonical_sha256(value: Any) -> str:
 
 
 def sha256_hex(text: str) -> str:
-    """Lowercase sha256 hex of the UTF-8 bytes of ``text``."""
+    """Lowercase sha256 hex of the UTF-8 bytes of ``text``. A lone surrogate (which has no
+    UTF-8 form) is encoded as U+FFFD, as JavaScript's ``TextEncoder`` does, so the digest is
+    the Node package's and the reference's."""
     if not isinstance(text, str):
         raise InvalidTypeError(f"sha256_hex: text must be a str, got {_check.describe(text)}")
+    if not _check.wellformed(text):
+        # UTF-16 round trip: each lone surrogate becomes one U+FFFD, pairs stay as they are.
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return str(_native.sha256_hex(text))
 
 
 def deterministic_resource_id(kind: str, key: str) -> str:
-    """``heart:resource:`` + sha256 hex of the canonical ``{kind, key}`` (both non-empty)."""
+    """``heart:resource:`` + sha256 hex of the canonical ``{kind, key}`` (both non-empty and
+    well-formed: a lone surrogate is invalid input, as for every id)."""
     for name, v in (("kind", kind), ("key", key)):
         if not isinstance(v, str):
             raise InvalidTypeError(f"{name} must be a str, got {_check.describe(v)}")
+        if not _check.wellformed(v):
+            raise _check.ill_formed(name)
     return str(_native.deterministic_resource_id(kind, key))
 
 
 def effect_key(prefix: str, identity: Any) -> str:
-    """``prefix + ":" +`` sha256 hex of the canonical form of ``identity``."""
+    """``prefix + ":" +`` sha256 hex of the canonical form of ``identity`` (``prefix`` must be
+    well-formed: the result is an id)."""
     if not isinstance(prefix, str):
         raise InvalidTypeError(f"prefix must be a str, got {_check.describe(prefix)}")
+    if not _check.wellformed(prefix):
+        raise _check.ill_formed("prefix")
     return str(_native.effect_key_json(prefix, json_text(identity)))
 
 

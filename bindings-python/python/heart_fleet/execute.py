@@ -360,7 +360,8 @@ class LeaseScope(Generic[T]):
         s = _Session(self.heart, self.run_id, self.ttl_seconds, self.clock)
         try:
             s.native = _native.NativeLeaseSession.create(self.ttl_seconds, self.renew_every_ms)
-        except HeartFleetError:
+        except (HeartFleetError, OverflowError):
+            # OverflowError: a ttl or period beyond 64 bits is a bad value like any other.
             return ExecuteResult(ran=False, reason="lease-error", code="invalid-input")
         return s
 
@@ -465,10 +466,22 @@ class LeaseScope(Generic[T]):
         if isinstance(s, ExecuteResult):
             return s
         started = s.tick()
-        acq = await self.heart.acquire_async(self.run_id, self.owner, self.ttl_seconds)
+        plan = HeartFleet._acquire(self.run_id, self.owner, self.ttl_seconds)
+        if plan is None:
+            return self._not_run(await self.heart.acquire_async(self.run_id, self.owner, self.ttl_seconds))
+        step = await _driver.drive_async(self.heart, plan[0], plan[1])
+        acq = plan[2](_driver.ok_of(step))
         if not acq.acquired or acq.fence is None:
             return self._not_run(acq)
         self._on_acquired(s, acq.fence, started)
+        if step.get("cancelled"):
+            # Cancelled while the acquire committed: the lease is ours and recorded, but the work
+            # must not start. Release it as a cancelled work's lease is released, then re-raise.
+            try:
+                await self.heart.release_async(acq.fence, "failed")
+            except HeartFleetError:
+                pass
+            raise asyncio.CancelledError()
         lease = AsyncLease(s, asyncio.Lock())
         s.on_lost = lease.signal.set
         task = None
@@ -637,7 +650,11 @@ async def execute_with_lease_async(
     clock: Callable[[], float] | None = None,
 ) -> ExecuteResult:
     """:func:`execute_with_lease` on the event loop: the store is awaited and the heartbeat is
-    an asyncio task (``async with execute_with_lease(...)`` is the context-manager form)."""
+    an asyncio task (``async with execute_with_lease(...)`` is the context-manager form).
+
+    Cancelled while acquiring, it has not written (the run is as it was), or, when the
+    acquire had already committed, it releases that lease (to ``failed``, as for work that
+    raised) and re-raises the cancellation: the work never starts after a cancellation."""
     scope: LeaseScope[T] = LeaseScope(
         heart,
         run_id,

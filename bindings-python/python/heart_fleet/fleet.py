@@ -85,10 +85,14 @@ def _value(outcome: FencedOutcome) -> Any:
 class HeartFleet:
     """The lease layer over one store (the reference's ``HeartFleet``).
 
-    ``HeartFleet(store, *, on_receipt=None, max_retries=5)``: ``max_retries=None`` never
-    quarantines. Without ``on_receipt`` receipts are kept and :meth:`receipts` returns them;
-    with it each receipt goes to the sink (its errors are swallowed, as in the reference)
-    and :meth:`receipts` is empty.
+    ``HeartFleet(store, *, on_receipt=None, max_retries=5, store_timeout=30.0)``:
+    ``max_retries=None`` never quarantines. Without ``on_receipt`` receipts are kept and
+    :meth:`receipts` returns them; with it each receipt goes to the sink (its errors are
+    swallowed, as in the reference) and :meth:`receipts` is empty. ``store_timeout``
+    (seconds) bounds every awaited answer of an asyncio store in the ``*_async`` methods:
+    past it the operation fails with ``StoreUnavailableError`` naming the step. (A blocking
+    store's call cannot be interrupted from Python; give it deadlines of its own, as the
+    psycopg and SQLite stores have.)
 
     Every operation has a blocking method and an ``*_async`` twin. The blocking methods
     call the store's methods directly (a sync store); the ``*_async`` methods await them
@@ -96,7 +100,7 @@ class HeartFleet:
     fleet over a :class:`MemoryLeaseStore` runs each operation inside Rust.
     """
 
-    __slots__ = ("_native", "_store", "_text_store", "_async_store", "_on_receipt", "max_retries", "__weakref__")
+    __slots__ = ("_native", "_store", "_text_store", "_async_store", "_on_receipt", "_store_timeout", "max_retries", "__weakref__")
 
     def __init__(
         self,
@@ -104,8 +108,12 @@ class HeartFleet:
         *,
         on_receipt: Callable[[HeartReceipt], Any] | None = None,
         max_retries: int | None = 5,
+        store_timeout: float = 30.0,
     ) -> None:
         check_store(store)
+        if isinstance(store_timeout, bool) or not isinstance(store_timeout, (int, float)) or not 0 < store_timeout <= 86_400:
+            raise InvalidTypeError(f"HeartFleet: store_timeout must be seconds in (0, 86400], got {_check.describe(store_timeout)}")
+        self._store_timeout = float(store_timeout)
         if on_receipt is not None and not callable(on_receipt):
             raise InvalidTypeError(f"HeartFleet: on_receipt must be callable, got {_check.describe(on_receipt)}")
         if max_retries is not None:
@@ -176,6 +184,9 @@ class HeartFleet:
         assert isinstance(ttl_seconds, int)
         if run_id == "" or owner == "" or not 1 <= ttl_seconds <= _check.MAX_TTL_SECONDS:
             return None
+        assert isinstance(run_id, str) and isinstance(owner, str)
+        if not _check.wellformed(run_id) or not _check.wellformed(owner):
+            return None  # a lone surrogate: the reference's shape for a bad value
         return ("acquire", _args(runId=run_id, owner=owner, ttlSeconds=ttl_seconds), AcquireResult.from_json)
 
     def acquire(self, run_id: str, owner: str, ttl_seconds: int) -> AcquireResult:

@@ -86,6 +86,8 @@ class MemoryLeaseStore:
         """A store seeded by a conformance scenario (JSON text)."""
         if not isinstance(scenario, str):
             raise InvalidTypeError("from_scenario: the scenario must be JSON text")
+        if not _check.wellformed(scenario):
+            raise _check.ill_formed("from_scenario: the scenario")
         store = cls.__new__(cls)
         store._native = _native.NativeMemoryStore.from_scenario(scenario)
         return store
@@ -179,6 +181,8 @@ class MemoryLeaseStore:
         injected failure raises ``StoreUnavailableError``."""
         if not isinstance(request, str):
             raise InvalidTypeError("execute_json: a StoreRequest as JSON text")
+        if not _check.wellformed(request):
+            raise _check.ill_formed("execute_json: the request")
         return str(self._native.execute_json(request))
 
     def execute(self, request: Mapping[str, Any] | str) -> dict[str, Any]:

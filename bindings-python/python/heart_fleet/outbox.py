@@ -10,7 +10,7 @@ from typing import Any
 
 from . import _check, _driver
 from . import _native
-from .errors import HeartFleetError, InvalidTypeError, StoreProtocolError, StoreUnavailableError
+from .errors import HeartFleetError, InvalidInputError, InvalidTypeError, StoreProtocolError, StoreUnavailableError
 from .fleet import HeartFleet
 from .memory import MemoryLeaseStore
 from .types import DispatchLogEntry, EffectContext, FencingToken, IntentRow, ReconcileResult, SendOnceResult
@@ -70,10 +70,16 @@ class DurableEffectLedger:
     @staticmethod
     def _reply(kind: str, answer: Any, want: str) -> dict[str, Any]:
         if isinstance(answer, str):
-            answer = json.loads(answer)
+            try:
+                answer = json.loads(answer)
+            except ValueError:
+                raise StoreProtocolError(f"{kind}: the store's answer is not JSON") from None
         reply = answer.get("reply") if isinstance(answer, dict) else None
         if not isinstance(reply, dict) or reply.get("kind") != want:
-            raise StoreProtocolError(f"{kind}: the store answered {json.dumps(reply)}")
+            # One line naming what came, never the rows the store sent.
+            got = reply.get("kind") if isinstance(reply, dict) else None
+            what = f"a reply of kind {str(got)[:40]!r}" if isinstance(got, str) else f"a {type(answer).__name__}"
+            raise StoreProtocolError(f"{kind}: the store answered {what}, not a {want} reply")
         return reply
 
     def _run(self, kind: str, args: dict[str, Any], want: str) -> dict[str, Any]:
@@ -134,13 +140,45 @@ def _check_durable(heart: object, ledger: object) -> HeartFleet:
     return heart
 
 
+#: How deep the evidence of a send may nest to be stored: it travels inside store requests and
+#: answers (a few levels of their own) that every store, in every runtime, parses with a
+#: recursion limit of 128 levels.
+MAX_EVIDENCE_DEPTH = 100
+
+
+def unstorable_evidence(kind: str, reason: str) -> str:
+    """What a send records as evidence when its result cannot be stored as JSON:
+    ``{"unstorable": {"type": ..., "reason": ...}}`` (the same form in every runtime)."""
+    first = reason.splitlines()[0] if reason else ""
+    return json.dumps({"unstorable": {"type": kind, "reason": first[:200]}}, separators=(",", ":"))
+
+
+def _type_name(v: Any) -> str:
+    if isinstance(v, float):
+        return f"float {v!r}"
+    return type(v).__name__
+
+
+def evidence_text(value: Any) -> str:
+    """The evidence of a send as JSON text the core stores, or the unstorable form: a value
+    JSON cannot hold (NaN, bytes, an object), or nested deeper than MAX_EVIDENCE_DEPTH."""
+    if _check.deeper_than(value, MAX_EVIDENCE_DEPTH):
+        return unstorable_evidence(_type_name(value), f"nested deeper than {MAX_EVIDENCE_DEPTH} levels")
+    try:
+        return _check.to_json(value, "the external_ref")
+    except HeartFleetError as e:
+        return unstorable_evidence(_type_name(value), e.message)
+
+
 class _SendHost:
-    __slots__ = ("send", "to_external_ref", "result")
+    __slots__ = ("send", "to_external_ref", "result", "ref_error")
 
     def __init__(self, send: Callable[[EffectContext], Any], to_external_ref: Callable[[Any], Any] | None) -> None:
         self.send = send
         self.to_external_ref = to_external_ref
         self.result: Any = None
+        #: What to_external_ref raised (re-raised once the evidence is committed).
+        self.ref_error: BaseException | None = None
 
     def record_once(self, run_id: str, effect_key: str) -> Any:  # pragma: no cover - not asked
         raise StoreProtocolError("send_once does not use a ledger callback")
@@ -149,9 +187,19 @@ class _SendHost:
         return self.send(EffectContext(epoch=epoch, effect_key=effect_key))
 
     def effect_text(self, value: Any) -> str:
+        # The send went out: from here on nothing is bad input, and the evidence is stored.
         self.result = value
-        evidence = self.to_external_ref(value) if self.to_external_ref is not None else value
-        return _check.to_json(evidence, "the external_ref")
+        if self.to_external_ref is None:
+            return evidence_text(value)
+        try:
+            evidence = self.to_external_ref(value)
+        except Exception as e:  # noqa: BLE001 - committed as unstorable evidence, then re-raised
+            self.ref_error = e
+            return unstorable_evidence("to_external_ref", f"to_external_ref raised {type(e).__name__}: {_driver.message_of(e)}")
+        if inspect.iscoroutine(evidence):
+            evidence.close()
+            return unstorable_evidence("coroutine", "to_external_ref returned a coroutine (it must return the evidence)")
+        return evidence_text(evidence)
 
     def probe(self, intent: dict[str, Any]) -> Any:  # pragma: no cover - not asked
         return {"status": "unknown"}
@@ -192,6 +240,8 @@ def _send_plan(
 
 def _send_result(step: dict[str, Any], host: _SendHost) -> SendOnceResult:
     r = _driver.ok_of(step)
+    if host.ref_error is not None:
+        raise host.ref_error
     if r.get("sent"):
         return SendOnceResult(sent=True, result=host.result, external_ref=r.get("externalRef"), committed=r.get("committed"))
     return SendOnceResult.from_json(r)
@@ -214,7 +264,14 @@ def send_once(
     ``to_external_ref(result)`` (default: the result) in the same write as the state change.
     Returns ``SendOnceResult(sent=True, result, external_ref, committed)`` or ``sent=False``
     with ``reason`` ``fence-rejected`` / ``deduped`` / ``lost-dispatch-race``. A send that
-    raises propagates its exception; the intent stays dispatched for the reconciler."""
+    raises propagates its exception; the intent stays dispatched for the reconciler.
+
+    Everything that can be checked is checked before any I/O (the arguments, the payload).
+    What the send returns can only be checked after it went out, so it is never reported as
+    bad input: evidence that JSON cannot hold (NaN, bytes, an object, nesting deeper than 100
+    levels) is committed as ``{"unstorable": {"type": ..., "reason": ...}}``; a
+    ``to_external_ref`` that raises commits that form too, then its exception propagates (the
+    intent is committed, so a retry dedupes)."""
     if inspect.iscoroutinefunction(send):
         # Checked before any I/O: a coroutine send run blocking would leave the intent dispatched.
         raise InvalidTypeError("send_once: send is a coroutine function: use send_once_async")
@@ -288,6 +345,9 @@ def _reconcile_plan(ledger: object, probes: object, max_attempts: object, limit:
     for ch, p in probes.items():
         if not isinstance(ch, str):
             raise InvalidTypeError(f"probe channels are str, got {_check.describe(ch)}")
+        if ch not in CHANNELS:
+            # A probe under a misspelt channel would never be asked.
+            raise InvalidInputError(f"probes: unknown channel {ch!r} (the channels are {', '.join(CHANNELS)})")
         _check.callable_(f"probes[{ch!r}]", p)
     args = json.dumps(
         {

@@ -5,6 +5,24 @@ Each store request is the one statement the core renders for PostgreSQL
 worker clock skew cannot break exclusion. The store holds no SQL of its own beyond the
 migrations the core ships, which it applies under an advisory lock, like the Rust store.
 psycopg is imported only when one of these stores is used (``pip install "psycopg[binary]"``).
+
+Deadlines, lost connections and poolers, for the stores that ``connect()`` opens:
+
+* connecting waits at most ``connect_timeout`` (default 5 s unless the conninfo or the
+  keyword arguments set one); every statement gets the server-side ``statement_timeout``
+  (``statement_timeout_ms``, default 10,000), so the server abandons a statement the client
+  would wait too long for (a lock wait) instead of applying it late; the asyncio store also
+  bounds each statement client-side (``asyncio.wait_for``), which holds when the server does
+  not answer at all. The blocking store has no client-side bound against a server that stops
+  answering (libpq has none): use the asyncio store, or a thread with a timeout, there.
+* a lost connection fails its request (``StoreUnavailableError``; never retried: a write
+  whose outcome is unknown is left to the recovery paths), and the next request connects
+  again. A connection you pass yourself is yours: it is not replaced.
+* ``pgbouncer=true`` in the conninfo (a URL or a key/value string) selects the pooler mode
+  for a transaction pooler (PgBouncer in transaction mode, Supabase's pooled connection
+  string): no prepared statements, no session parameters at startup (so no server-side
+  ``statement_timeout``; the asyncio store's client-side bound still holds). A pooler cannot
+  be detected from the client side.
 """
 
 from __future__ import annotations
@@ -23,6 +41,33 @@ from .types import HeartReceipt
 __all__ = ["PsycopgLeaseStore", "AsyncPsycopgLeaseStore"]
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
+_POOLER = re.compile(r"(^|[?&\s])pgbouncer=(true|1|false|0)(?=$|[&\s])")
+
+#: The seconds connecting may take when neither the conninfo nor the caller sets ``connect_timeout``.
+DEFAULT_CONNECT_TIMEOUT_S = 5
+#: The default deadline of one statement, in milliseconds.
+DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
+
+
+class _Connector:
+    """How a store opens (and reopens) its connection: the conninfo without our
+    ``pgbouncer`` parameter, the driver's keyword arguments with our defaults, the mode."""
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], statement_timeout_ms: int) -> None:
+        if not isinstance(conninfo, str) or conninfo == "":
+            raise InvalidTypeError("connect: conninfo must be a non-empty str")
+        if isinstance(statement_timeout_ms, bool) or not isinstance(statement_timeout_ms, int) or not 1 <= statement_timeout_ms <= 86_400_000:
+            raise InvalidTypeError(f"statement_timeout_ms must be an int in 1..86400000, got {_check.describe(statement_timeout_ms)}")
+        m = _POOLER.search(conninfo)
+        self.pooler = bool(m and m.group(2) in ("true", "1"))
+        cleaned = _POOLER.sub(lambda mm: mm.group(1) if mm.group(1) == "?" else "", conninfo)
+        self.conninfo = cleaned.replace("?&", "?").rstrip("?&").strip()
+        self.timeout_s = statement_timeout_ms / 1000
+        self.kwargs = dict(kwargs)
+        if "connect_timeout" not in self.kwargs and "connect_timeout" not in self.conninfo:
+            self.kwargs["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT_S
+        if not self.pooler and "options" not in self.kwargs and "options" not in self.conninfo:
+            self.kwargs["options"] = f"-c statement_timeout={statement_timeout_ms}"
 
 
 def _psycopg() -> Any:
@@ -130,20 +175,26 @@ class PsycopgLeaseStore:
         self.conn = conn
         self._prepare = prepare
         self._owned = False
+        self._connector: _Connector | None = None
 
     @classmethod
-    def connect(cls, conninfo: str, **kwargs: Any) -> PsycopgLeaseStore:
-        """Opens a connection (autocommit) to ``conninfo`` (a ``postgres://`` URL or libpq string)."""
-        psycopg = _psycopg()
-        if not isinstance(conninfo, str) or conninfo == "":
-            raise InvalidTypeError("PsycopgLeaseStore.connect: conninfo must be a non-empty str")
-        try:
-            conn = psycopg.connect(conninfo, autocommit=True, **kwargs)
-        except psycopg.Error as e:
-            raise StoreUnavailableError(f"postgres connect: {e}") from e
-        store = cls(conn)
+    def connect(
+        cls, conninfo: str, *, statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS, **kwargs: Any
+    ) -> PsycopgLeaseStore:
+        """Opens a connection (autocommit) to ``conninfo`` (a ``postgres://`` URL or libpq
+        string; ``pgbouncer=true`` for a transaction pooler). It is reopened on the request
+        after a lost connection. ``kwargs`` go to ``psycopg.connect``."""
+        connector = _Connector(conninfo, kwargs, statement_timeout_ms)
+        store = cls(_open_sync(connector), prepare=False if connector.pooler else None)
         store._owned = True
+        store._connector = connector
         return store
+
+    def _live(self) -> Any:
+        """The connection; a lost one this store opened is opened again."""
+        if self._connector is not None and (self.conn.closed or self.conn.broken):
+            self.conn = _open_sync(self._connector)
+        return self.conn
 
     def close(self) -> None:
         """Closes the connection this store opened (a connection you passed stays yours)."""
@@ -159,13 +210,14 @@ class PsycopgLeaseStore:
     def _query(self, request: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         sql, params = _statement(request)
         psycopg = _psycopg()
+        conn = self._live()
         try:
-            if self.conn.autocommit:
-                cur = self.conn.execute(sql, params, prepare=self._prepare)
+            if conn.autocommit:
+                cur = conn.execute(sql, params, prepare=self._prepare)
                 rows = cur.fetchall()
             else:
-                with self.conn.transaction():
-                    cur = self.conn.execute(sql, params, prepare=self._prepare)
+                with conn.transaction():
+                    cur = conn.execute(sql, params, prepare=self._prepare)
                     rows = cur.fetchall()
         except psycopg.Error as e:
             raise StoreUnavailableError(f"postgres: {e}") from e
@@ -241,20 +293,28 @@ class AsyncPsycopgLeaseStore:
         self.conn = conn
         self._prepare = prepare
         self._owned = False
+        self._connector: _Connector | None = None
+        self._timeout_s = DEFAULT_STATEMENT_TIMEOUT_MS / 1000
 
     @classmethod
-    async def connect(cls, conninfo: str, **kwargs: Any) -> AsyncPsycopgLeaseStore:
-        """Opens an async connection (autocommit) to ``conninfo``."""
-        psycopg = _psycopg()
-        if not isinstance(conninfo, str) or conninfo == "":
-            raise InvalidTypeError("AsyncPsycopgLeaseStore.connect: conninfo must be a non-empty str")
-        try:
-            conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **kwargs)
-        except psycopg.Error as e:
-            raise StoreUnavailableError(f"postgres connect: {e}") from e
-        store = cls(conn)
+    async def connect(
+        cls, conninfo: str, *, statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS, **kwargs: Any
+    ) -> AsyncPsycopgLeaseStore:
+        """Opens an async connection (autocommit) to ``conninfo`` (``pgbouncer=true`` for a
+        transaction pooler), reopened on the request after a lost connection; each statement
+        waits at most ``statement_timeout_ms``."""
+        connector = _Connector(conninfo, kwargs, statement_timeout_ms)
+        store = cls(await _open_async(connector), prepare=False if connector.pooler else None)
         store._owned = True
+        store._connector = connector
+        store._timeout_s = connector.timeout_s
         return store
+
+    async def _live(self) -> Any:
+        """The connection; a lost one this store opened is opened again."""
+        if self._connector is not None and (self.conn.closed or self.conn.broken):
+            self.conn = await _open_async(self._connector)
+        return self.conn
 
     async def close(self) -> None:
         """Closes the connection this store opened."""
@@ -272,14 +332,23 @@ class AsyncPsycopgLeaseStore:
         request = _check_request(request)
         sql, params = _statement(request)
         psycopg = _psycopg()
+        conn = await self._live()
+
+        async def run() -> tuple[Any, list[tuple[Any, ...]]]:
+            if conn.autocommit:
+                cur = await conn.execute(sql, params, prepare=self._prepare)
+                return cur, await cur.fetchall()
+            async with conn.transaction():
+                cur = await conn.execute(sql, params, prepare=self._prepare)
+                return cur, await cur.fetchall()
+
         try:
-            if self.conn.autocommit:
-                cur = await self.conn.execute(sql, params, prepare=self._prepare)
-                rows = await cur.fetchall()
-            else:
-                async with self.conn.transaction():
-                    cur = await self.conn.execute(sql, params, prepare=self._prepare)
-                    rows = await cur.fetchall()
+            cur, rows = await asyncio.wait_for(run(), self._timeout_s)
+        except TimeoutError as e:
+            # The connection is in an unknown state: a store that opened it opens a new one.
+            if self._connector is not None:
+                await conn.close()
+            raise StoreUnavailableError(f"postgres: no answer within {round(self._timeout_s * 1000)} ms") from e
         except psycopg.Error as e:
             raise StoreUnavailableError(f"postgres: {e}") from e
         names = [c.name for c in cur.description] if cur.description else []
@@ -327,3 +396,19 @@ class AsyncPsycopgLeaseStore:
                 raise StoreUnavailableError(f"migration {name} failed: {e}") from e
             out.append((name, applied))
         return out
+
+
+def _open_sync(connector: _Connector) -> Any:
+    psycopg = _psycopg()
+    try:
+        return psycopg.connect(connector.conninfo, autocommit=True, **connector.kwargs)
+    except psycopg.Error as e:
+        raise StoreUnavailableError(f"postgres connect: {e}") from e
+
+
+async def _open_async(connector: _Connector) -> Any:
+    psycopg = _psycopg()
+    try:
+        return await psycopg.AsyncConnection.connect(connector.conninfo, autocommit=True, **connector.kwargs)
+    except psycopg.Error as e:
+        raise StoreUnavailableError(f"postgres connect: {e}") from e

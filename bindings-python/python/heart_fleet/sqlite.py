@@ -6,11 +6,29 @@ before the clock read, so every statement sees one ``now`` and one state), and t
 decodes the rows. The schema, the migrations and their record (``heart_fleet_migrations``)
 are the Rust SQLite store's, and files are opened in WAL mode with a busy timeout, so Python
 workers, Rust workers and the ``heart-fleet`` CLI can share one database file.
+
+The answer to a request is decoded inside its transaction, so the ``COMMIT`` is the request's
+last step: a request that fails (or is interrupted) before it rolls back and writes nothing.
+
+**Cancellation** (:class:`AsyncSqliteLeaseStore`, whose requests run on a worker thread): a
+cancelled operation has not written. The worker checks, under a lock shared with the awaiting
+task, whether the task was cancelled right before its ``COMMIT``; if it was, it rolls back (a
+request still waiting for another connection's write lock rolls back once it gets it, or
+never starts), and the cancellation propagates at once. The one case a cancellation cannot
+undo is a request that had passed that check when the cancellation came: its transaction
+commits, and the operation records it like any other answer (receipt, counters); an
+operation that ends with that write returns its result (the cancellation is absorbed, as
+asyncio lets a task that finished anyway do: ``asyncio.wait_for`` then returns the result
+instead of raising ``TimeoutError``), and one that would need more store work stops there
+with ``CancelledError``, its earlier writes recorded and left to the recovery paths. So a
+cancelled ``acquire_async`` either left the run as it was (the caller's retry can take it at
+once) or returned its fence: never a lease that nobody knows about.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import sqlite3
@@ -20,7 +38,8 @@ from typing import Any
 
 from . import _check
 from . import _native
-from .errors import InvalidTypeError, StoreProtocolError, StoreUnavailableError
+from ._driver import CancelledAfterCommit
+from .errors import InvalidInputError, InvalidTypeError, StoreProtocolError, StoreUnavailableError
 from .types import HeartReceipt
 
 __all__ = ["SqliteLeaseStore", "AsyncSqliteLeaseStore", "MIGRATIONS_TABLE", "BUSY_TIMEOUT_SECONDS"]
@@ -44,6 +63,100 @@ def split_script(script: str) -> list[str]:
     if buf.strip(" \t\r\n;"):
         out.append(buf.strip())
     return out
+
+
+class _Gate:
+    """The commit point of one request run on a worker thread, shared with the task awaiting
+    it: either the task cancels first (the worker then rolls back, or never starts) or the
+    worker passes first (its transaction commits and the task must take the answer)."""
+
+    __slots__ = ("_lock", "_state")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state = "open"
+
+    def cancel(self) -> bool:
+        """Called by the task on cancellation: ``True`` when the request will not commit."""
+        with self._lock:
+            if self._state == "open":
+                self._state = "cancelled"
+            return self._state == "cancelled"
+
+    def commit(self) -> bool:
+        """Called by the worker right before ``COMMIT``: ``False`` when it must roll back."""
+        with self._lock:
+            if self._state == "open":
+                self._state = "committing"
+            return self._state == "committing"
+
+    @property
+    def cancelled(self) -> bool:
+        with self._lock:
+            return self._state == "cancelled"
+
+
+class _NotCommitted(Exception):
+    """The worker's side of a cancelled request: rolled back, nothing written."""
+
+
+def _sqlite_path(path: str | os.PathLike[str]) -> str | bytes:
+    """A file name sqlite3 can open, or ``InvalidInputError``: a NUL byte, or a lone surrogate
+    that is not the file system's encoding of an undecodable byte (``os.fsencode``)."""
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        raw = text
+    else:
+        try:
+            raw = os.fsencode(text)
+        except UnicodeEncodeError:
+            raise InvalidInputError(
+                f"path {text.encode('utf-8', 'backslashreplace').decode('ascii', 'replace')[:200]!r} "
+                "is not a file name (a lone surrogate)"
+            ) from None
+    if b"\0" in raw:
+        raise InvalidInputError("path must not contain a NUL character")
+    # A name that is valid UTF-8 is passed as text (sqlite3's own form); otherwise as bytes.
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    # A request abandoned by a cancelled task: its outcome (a rollback) is nobody's.
+    if not fut.cancelled():
+        fut.exception()
+
+
+async def _uninterrupted(fut: asyncio.Future[Any]) -> Any:
+    """The result of a request that committed, however often the task is cancelled meanwhile."""
+    while True:
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            if fut.done():
+                return fut.result()
+
+
+async def _on_thread(fn: Callable[[str, _Gate], str], request: str) -> str:
+    """Runs ``fn(request, gate)`` on a worker thread with the cancellation protocol above."""
+    gate = _Gate()
+    loop = asyncio.get_running_loop()
+    ctx = contextvars.copy_context()
+    fut = loop.run_in_executor(None, ctx.run, fn, request, gate)
+    fut.add_done_callback(_retrieve)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        if gate.cancel():
+            raise  # the worker rolls back (or never starts): nothing is written
+        # The worker was past its commit point: the write happened; hand its answer on.
+        try:
+            answer = await _uninterrupted(fut)
+        except Exception:  # noqa: BLE001 - the COMMIT failed: nothing was written after all
+            raise asyncio.CancelledError() from None
+        raise CancelledAfterCommit(answer) from None
 
 
 def _bind(p: Any, now: str | None) -> Any:
@@ -90,8 +203,9 @@ class SqliteLeaseStore:
                 raise InvalidTypeError(f"path must be a str or a path, got {_check.describe(path)}")
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
                 raise InvalidTypeError(f"timeout must be seconds >= 0, got {_check.describe(timeout)}")
+            name = _sqlite_path(path)
             try:
-                self._conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+                self._conn = sqlite3.connect(name, timeout=timeout, isolation_level=None, check_same_thread=False)
                 if str(path) != ":memory:":
                     mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                     if str(mode).lower() != "wal":
@@ -166,15 +280,36 @@ class SqliteLeaseStore:
 
     def execute_json(self, request: str) -> str:
         """The store contract's text form: StoreRequest JSON text -> StoreAnswer JSON text."""
+        return self._execute(request, None)
+
+    @staticmethod
+    def _decode(request: str, results: list[list[list[list[Any]]]]) -> str:
+        try:
+            text = json.dumps(results, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise StoreProtocolError(f"sqlite: a column the core cannot read: {e}") from e
+        return str(_native.sql_decode(request, "sqlite", text))
+
+    def _execute(self, request: str, gate: _Gate | None) -> str:
+        """One request in one transaction; with ``gate``, the cancellation protocol (module docs)."""
         if not isinstance(request, str):
             raise InvalidTypeError("execute_json: a StoreRequest as JSON text")
+        if not _check.wellformed(request):
+            raise _check.ill_formed("execute_json: the request")
         statements = json.loads(_native.sql_render(request, "sqlite"))
         with self._lock:
+            if gate is not None and gate.cancelled:
+                raise _NotCommitted("cancelled before it started")
             conn = self._conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     results = self._run(statements)
+                    # Decoded before the COMMIT: an answer that cannot be decoded writes nothing,
+                    # and nothing but the COMMIT is left after the commit point.
+                    answer = self._decode(request, results)
+                    if gate is not None and not gate.commit():
+                        raise _NotCommitted("cancelled before its commit")
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
@@ -182,11 +317,7 @@ class SqliteLeaseStore:
                     raise
             except sqlite3.Error as e:
                 raise StoreUnavailableError(f"sqlite: {e}") from e
-        try:
-            text = json.dumps(results, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as e:
-            raise StoreProtocolError(f"sqlite: a column the core cannot read: {e}") from e
-        return str(_native.sql_decode(request, "sqlite", text))
+        return answer
 
     def receipt_sink(self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None) -> Callable[[HeartReceipt], None]:
         """An ``on_receipt`` sink that appends each receipt to the ``heart_receipts`` table
@@ -211,10 +342,14 @@ class SqliteLeaseStore:
 
 
 class AsyncSqliteLeaseStore:
-    """:class:`SqliteLeaseStore` for the asyncio API: each request runs on a worker thread
-    (``asyncio.to_thread``), so the event loop keeps running while SQLite works or waits for
-    another process's write lock. Same arguments as :class:`SqliteLeaseStore`; ``sync`` is the
-    blocking store underneath (for the blocking API, seeding and inspecting)."""
+    """:class:`SqliteLeaseStore` for the asyncio API: each request runs on a worker thread,
+    so the event loop keeps running while SQLite works or waits for another process's write
+    lock. Same arguments as :class:`SqliteLeaseStore`; ``sync`` is the blocking store
+    underneath (for the blocking API, seeding and inspecting).
+
+    A cancelled operation has not written (see the module docs): a request in flight rolls
+    back, except one already past its commit point, whose write the operation records (and
+    returns, when it was the operation's last)."""
 
     def __init__(
         self,
@@ -227,12 +362,19 @@ class AsyncSqliteLeaseStore:
         self.sync = SqliteLeaseStore(path, connection=connection, migrate=migrate, timeout=timeout)
 
     async def execute_json(self, request: str) -> str:
-        """The store contract's text form, on a worker thread."""
-        return await asyncio.to_thread(self.sync.execute_json, request)
+        """The store contract's text form, on a worker thread (cancellation: the module docs)."""
+        if not isinstance(request, str):
+            raise InvalidTypeError("execute_json: a StoreRequest as JSON text")
+        return await _on_thread(self.sync._execute, request)
 
     async def execute(self, request: dict[str, Any]) -> dict[str, Any]:
         """The store contract, on a worker thread."""
-        return await asyncio.to_thread(self.sync.execute, request)
+        try:
+            text = await self.execute_json(json.dumps(request, separators=(",", ":")))
+        except CancelledAfterCommit as c:
+            raise CancelledAfterCommit(json.loads(c.answer)) from None
+        answer: dict[str, Any] = json.loads(text)
+        return answer
 
     async def migrate(self) -> list[tuple[str, bool]]:
         """:meth:`SqliteLeaseStore.migrate`, on a worker thread."""

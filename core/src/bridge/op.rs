@@ -553,6 +553,22 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_of_the_wrong_kind_is_one_line_of_store_protocol_without_debug_text() {
+        let f = fleet(None);
+        let Begun::Pending(mut op) = f.begin("acquire", r#"{"runId":"r","owner":"w","ttlSeconds":60}"#) else {
+            panic!("expected a pending op");
+        };
+        let done = json(&op.resume_store(r#"{"now":"2026-07-30T00:00:00.000Z","reply":{"kind":"runs","runs":[]}}"#));
+        assert_eq!(done["error"]["code"], "store-protocol");
+        let message = done["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with("unexpected answer at acquire"), "{message}");
+        assert!(message.contains("kind runs"), "{message}");
+        for internal in ["StoreAnswer", "Timestamp(", "Runs {", "Ok(", "\n"] {
+            assert!(!message.contains(internal), "{message}");
+        }
+    }
+
+    #[test]
     fn bad_arguments_and_unknown_operations_are_invalid_input() {
         let f = fleet(None);
         for (kind, args) in [("renew", "{}"), ("release", r#"{"fence":1}"#), ("nope", "{}"), ("acquire", "not json")] {
