@@ -315,6 +315,11 @@ class MemoryLeaseStore {
     try {
       return parse(this[NATIVE].executeJson(text));
     } catch (e) {
+      // The caller's request is not one (JSON the request language cannot hold, nesting
+      // past the parser's limit): bad input, as when JSON.stringify itself refuses it.
+      if (e && e.code === 'store-protocol' && /^not a StoreRequest/.test(messageOf(e))) {
+        throw typeError(`execute: ${firstLine(messageOf(e))}`);
+      }
       return rethrowNative(e);
     }
   }
