@@ -45,16 +45,6 @@ const BAD = [
   ['a function', () => 'x'],
 ];
 
-function nested(n) {
-  const top = [];
-  let x = top;
-  for (let i = 1; i < n; i += 1) {
-    const y = [];
-    x.push(y);
-    x = y;
-  }
-  return top;
-}
 const circular = { a: 1 };
 circular.self = circular;
 
@@ -459,6 +449,7 @@ test('the process survives garbage sent straight to the native module', () => {
 
 import { createRequire } from 'node:module';
 import { assertShape } from './helpers/shape.mjs';
+import { nested } from './helpers/nested.mjs';
 function require_native() {
   return createRequire(import.meta.url)('../lib/native.cjs');
 }

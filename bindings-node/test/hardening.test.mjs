@@ -11,22 +11,13 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import { HeartFleet, MemoryLeaseStore, DurableEffectLedger, sendOnce } from '../index.mjs';
+import { nested } from './helpers/nested.mjs';
 
 const { runRow } = createRequire(import.meta.url)('../lib/rows.cjs');
 
 const T0 = '2026-07-30T00:00:00.000Z';
 const R = '00000000-0000-4000-8000-000000000001';
 
-function nested(n) {
-  const top = [];
-  let x = top;
-  for (let i = 1; i < n; i += 1) {
-    const y = [];
-    x.push(y);
-    x = y;
-  }
-  return top;
-}
 
 /** A JS store over a memory store, through JSON text both ways (as a database store parses). */
 class TextStore {

@@ -125,3 +125,14 @@ class LoopTicker:
         self._done = True
         if self._task is not None:
             await self._task
+
+
+def nested(n: int) -> list[Any]:
+    """A list nested ``n`` levels deep: the deep-nesting value of the bad-input tests."""
+    top: list[Any] = []
+    x = top
+    for _ in range(n - 1):
+        y: list[Any] = []
+        x.append(y)
+        x = y
+    return top

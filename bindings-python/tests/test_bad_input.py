@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pytest
 
 import heart_fleet as hf
-from conftest import T0, snapshot
+from conftest import T0, nested, snapshot
 
 NAN = float("nan")
 INF = float("inf")
@@ -22,14 +22,6 @@ HUGE = 2**70
 LONE = "r\ud800"  # a lone surrogate: no UTF-8 form
 
 
-def nested(n: int) -> list[Any]:
-    top: list[Any] = []
-    x = top
-    for _ in range(n - 1):
-        y: list[Any] = []
-        x.append(y)
-        x = y
-    return top
 
 
 CIRCULAR: list[Any] = [1]

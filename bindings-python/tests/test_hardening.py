@@ -24,19 +24,11 @@ from typing import Any
 import pytest
 
 import heart_fleet as hf
-from conftest import T0
+from conftest import T0, nested
 
 T1 = "2026-07-30T00:01:00.000Z"
 
 
-def nested(n: int) -> list[Any]:
-    top: list[Any] = []
-    x = top
-    for _ in range(n - 1):
-        y: list[Any] = []
-        x.append(y)
-        x = y
-    return top
 
 
 class HeldCommit:
