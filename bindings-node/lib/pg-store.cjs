@@ -92,7 +92,8 @@ class PgLeaseStore {
       const config = { connectionString: driverUrl, max: max ?? 10, connectionTimeoutMillis: connectTimeoutMs };
       // The server abandons a statement at the same deadline, so one the client gave up on (a
       // lock wait) is not applied later. A pooler refuses session parameters at startup.
-      if (!poolerUrl(connectionString)) config.statement_timeout = this._queryTimeoutMs;
+      // A little shorter than the client's deadline, so that the server's cancellation comes first.
+      if (!poolerUrl(connectionString)) config.statement_timeout = Math.max(1, this._queryTimeoutMs - Math.min(100, Math.floor(this._queryTimeoutMs / 5)));
       db = new pg.Pool(config);
       this._owned = true;
     } else if (connectionString !== undefined) {

@@ -12,9 +12,12 @@
 //! parameter `heart_statement_timeout_ms`, default [`DEFAULT_STATEMENT_TIMEOUT`]). A server
 //! that stops answering (frozen, partitioned) cannot hang a worker: past the deadline the
 //! store asks the server to cancel the statement (best-effort, one second), drops the
-//! connection, and the request fails with a [`StoreError`] naming what timed out. A cancelled
-//! statement did not happen; one the server could not be asked about may still land, and the
-//! recovery paths resolve it (a lease nobody holds a token for expires and is swept).
+//! connection, and the request fails with a [`StoreError`] naming what timed out. On a direct
+//! connection the server's own `statement_timeout` is set a little shorter (unless the URL's
+//! `options` set one), so a statement that is merely slow (a lock wait) is cancelled by the
+//! server first and its error comes back: it did not happen. A statement the server could not
+//! be asked about may still land; the recovery paths resolve it (a lease nobody holds a token
+//! for expires and is swept).
 //!
 //! # Lost connections
 //!
@@ -126,7 +129,27 @@ fn parse_target(url: &str) -> Result<Target, StoreError> {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(PG_CONNECT_TIMEOUT);
     }
+    // The server abandons a statement a little before the client would give up on it, so a
+    // statement stuck behind a lock is cancelled by the server (its error comes back, nothing
+    // lands) instead of running once the lock goes. A pooler refuses startup parameters: there
+    // only the client's deadline (and its cancel request) hold.
+    let user_set = config.get_options().is_some_and(|o| o.contains("statement_timeout"));
+    if !options.pooler && !user_set {
+        let server_ms = server_statement_timeout_ms(options.statement_timeout);
+        let opts = match config.get_options() {
+            Some(o) => format!("{o} -c statement_timeout={server_ms}"),
+            None => format!("-c statement_timeout={server_ms}"),
+        };
+        config.options(&opts);
+    }
     Ok(Target { config, options, root_cert })
+}
+
+/// The server-side `statement_timeout` for a client-side deadline: a fifth shorter, at most
+/// 100 ms, so that the server's cancellation comes first.
+fn server_statement_timeout_ms(deadline: Duration) -> u128 {
+    let ms = deadline.as_millis();
+    ms.saturating_sub((ms / 5).min(100)).max(1)
 }
 
 /// The rustls connector: Mozilla's roots plus `root_cert`'s PEM certificates.

@@ -67,7 +67,9 @@ class _Connector:
         if "connect_timeout" not in self.kwargs and "connect_timeout" not in self.conninfo:
             self.kwargs["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT_S
         if not self.pooler and "options" not in self.kwargs and "options" not in self.conninfo:
-            self.kwargs["options"] = f"-c statement_timeout={statement_timeout_ms}"
+            # A little shorter than the client's deadline, so the server's cancellation comes first.
+            server_ms = max(1, statement_timeout_ms - min(100, statement_timeout_ms // 5))
+            self.kwargs["options"] = f"-c statement_timeout={server_ms}"
 
 
 def _psycopg() -> Any:

@@ -90,7 +90,9 @@ fn a_statement_without_an_answer_fails_at_its_deadline_and_the_next_request_reco
     let err = fleet.acquire(&run, "w", 60).unwrap_err();
     let took = started.elapsed();
     assert_eq!(err.code, ErrorCode::StoreUnavailable, "{err}");
-    assert!(err.message.contains("no answer within 300 ms"), "{err}");
+    // The server's statement_timeout (a little shorter) cancels it first; the client's own
+    // deadline is the backstop for a server that does not answer at all.
+    assert!(err.message.contains("statement timeout") || err.message.contains("no answer within 300 ms"), "{err}");
     assert!(took < Duration::from_secs(3), "the deadline took {took:?}");
     tx.rollback().unwrap();
     // The connection was dropped with the missed statement; the next request connects again
