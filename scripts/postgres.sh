@@ -30,6 +30,10 @@ ensure_postgres() {
 # client verifies the server with (`sslrootcert`).
 ensure_postgres_tls() {
   local dir=/var/lib/postgresql/heart-tls
+  command -v openssl >/dev/null 2>&1 || {
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null
+  }
   if [ ! -s "$dir/server.crt" ] || [ ! -s "$dir/ca.crt" ]; then
     rm -rf "$dir"
     mkdir -p "$dir"
@@ -82,7 +86,8 @@ INI
   echo '"heart" "heart"' > "$dir/users.txt"
   chown -R postgres:postgres "$dir"
   if ! pg_isready -q -h 127.0.0.1 -p 6432; then
-    su postgres -c "pgbouncer -d $dir/pgbouncer.ini"
+    # The binary's full path: su's PATH for a non-root user may lack /usr/sbin.
+    su postgres -c "$(command -v pgbouncer) -d $dir/pgbouncer.ini"
     for _ in $(seq 1 30); do
       pg_isready -q -h 127.0.0.1 -p 6432 && break
       sleep 0.5
