@@ -431,8 +431,7 @@ impl PgStore {
             .build()
             .map_err(|e| StoreError(format!("postgres: cannot start the I/O runtime: {e}")))?;
         let mut conn = Conn { runtime, config: target.config, tls, options: target.options, live: None };
-        conn.live("postgres")
-            .map_err(|e| StoreError(e.0.replacen("postgres: postgres connect", "postgres connect", 1)))?;
+        conn.live = Some(conn.connect().map_err(|reason| StoreError(format!("postgres connect: {reason}")))?);
         Ok(PgStore { conn: Arc::new(Mutex::new(conn)) })
     }
 
