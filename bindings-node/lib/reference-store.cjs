@@ -28,9 +28,8 @@
 //  * Effect intents, instances, run listings and find-or-create have no method in the
 //    contract: those requests fail with code invalid-input naming what is missing.
 
-const native = require('./native.cjs');
-const { codedError, rethrowNative, describe, messageOf } = require('./util.cjs');
-const { executeRequest } = require('./store-request.cjs');
+const { codedError, describe, messageOf } = require('./util.cjs');
+const { executeRequest, simulate } = require('./store-request.cjs');
 const { runRow } = require('./rows.cjs');
 
 /** The TypeScript package's LeaseStore methods. */
@@ -173,11 +172,7 @@ class ReferenceStoreRequests {
   }
 
   _simulate(request, snapshot, ms) {
-    try {
-      return JSON.parse(native.simulateRequest(JSON.stringify(request), JSON.stringify(snapshot), ms));
-    } catch (e) {
-      return rethrowNative(e);
-    }
+    return simulate(request, snapshot, ms);
   }
 
   /** A row (or null) as the user's method returned it, checked. */

@@ -15,7 +15,17 @@
 //   _updateRun, _ensureRun, _claimIntent, _updateIntent, _upsertInstance, _updateInstances
 //                                          (request) → the StoreAnswer of a write
 
-const { codedError, typeError, describe, firstLine, messageOf } = require('./util.cjs');
+const native = require('./native.cjs');
+const { codedError, typeError, describe, firstLine, messageOf, rethrowNative } = require('./util.cjs');
+
+/** The core's evaluator: `request`'s StoreAnswer on the rows of `snapshot`, at `nowMs`. */
+function simulate(request, snapshot, nowMs) {
+  try {
+    return JSON.parse(native.simulateRequest(JSON.stringify(request), JSON.stringify(snapshot), nowMs));
+  } catch (e) {
+    return rethrowNative(e);
+  }
+}
 
 /** Whether a condition (the core's JSON form) uses `tag` anywhere. */
 function mentions(cond, tag) {
@@ -93,4 +103,4 @@ async function executeRequest(store, who, request) {
   }
 }
 
-module.exports = { executeRequest, mentions, requestJson };
+module.exports = { executeRequest, mentions, requestJson, simulate };

@@ -46,9 +46,8 @@ function randomUUID() {
   // eslint-disable-next-line global-require
   return require('node:crypto').randomUUID();
 }
-const native = require('./native.cjs');
-const { typeError, rethrowNative, describe, knownKeys } = require('./util.cjs');
-const { executeRequest, mentions, requestJson } = require('./store-request.cjs');
+const { typeError, describe, knownKeys } = require('./util.cjs');
+const { executeRequest, mentions, requestJson, simulate } = require('./store-request.cjs');
 
 const RUN_CAS = ['status', 'lease_owner', 'lease_expires_at', 'retries', 'fencing_epoch', 'updated_at'];
 /** The options of `new SupabaseLeaseStore({...})` and the keys of its `tables` (others are invalid input). */
@@ -216,11 +215,7 @@ class SupabaseLeaseStore {
   }
 
   _simulate(request, snapshot, now) {
-    try {
-      return JSON.parse(native.simulateRequest(JSON.stringify(request), JSON.stringify(snapshot), now));
-    } catch (e) {
-      return rethrowNative(e);
-    }
+    return simulate(request, snapshot, now);
   }
 
   /** The store contract: one StoreRequest → its StoreAnswer (lib/store-request.cjs). */
