@@ -623,10 +623,26 @@ struct Worker {
     deadline: Instant,
 }
 
+/// Opens the store, trying again after a store failure (the database was unreachable, or the
+/// connection was lost during the schema check: a read) until `deadline`. A store that is not
+/// migrated, or a URL that is not a store, stops the worker at once.
+fn open_riding_through(url: &str, deadline: Instant) -> Result<AnyStore, String> {
+    loop {
+        match heart_fleet_stores::open(url) {
+            Ok(store) => return Ok(store),
+            Err(heart_fleet_stores::StoreOpenError::Unreachable { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(STORE_RETRY_PAUSE);
+            }
+            Err(e) => return Err(err_text(e)),
+        }
+    }
+}
+
 /// Runs a worker process until every run of the simulation is completed (or its deadline).
 pub fn run_worker(url: &str, cfg: WorkerConfig) -> Result<(), String> {
-    let store = heart_fleet_stores::open(url).map_err(err_text)?;
-    let ext = heart_fleet_stores::open(url).map_err(err_text)?;
+    let deadline = Instant::now() + Duration::from_millis(cfg.deadline_ms);
+    let store = open_riding_through(url, deadline)?;
+    let ext = open_riding_through(url, deadline)?;
     let (sink, _health) = ReceiptTableSink::new(&store);
     let sinks: Vec<Box<dyn ReceiptSink>> = vec![Box::new(sink)];
     let store = FaultyStore { inner: store, fault: cfg.fault };
@@ -638,7 +654,6 @@ pub fn run_worker(url: &str, cfg: WorkerConfig) -> Result<(), String> {
         .map_err(err_text)?;
     let owner = format!("{}:{}", cfg.name, std::process::id());
     let journal = Journal::open(&cfg.journal)?;
-    let deadline = Instant::now() + Duration::from_millis(cfg.deadline_ms);
     let mut w = Worker { cfg, owner, fleet, ext, journal, deadline };
     w.main()
 }

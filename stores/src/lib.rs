@@ -459,25 +459,30 @@ impl AnyStore {
     /// What the schema lacks (`table agent_runs`, `column agent_runs.fencing_epoch`), or
     /// `None` when every table and column the statements use is there.
     pub fn missing_schema(&mut self) -> Result<Option<String>, StoreError> {
+        // Catalog questions with a count for an answer, so that a store failure stays an
+        // error (a lost connection is not a missing column).
+        let text = |t: &str| vec![sql::SqlParam::Text(t.into())];
+        let (table_sql, column_sql) = match self.dialect() {
+            Dialect::Sqlite => (
+                "SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                "SELECT count(*) AS n FROM pragma_table_info('agent_runs') WHERE name = 'fencing_epoch'",
+            ),
+            Dialect::Postgres => (
+                "SELECT (to_regclass($1::text) IS NOT NULL)::int AS n",
+                "SELECT count(*)::int AS n FROM pg_attribute WHERE attrelid = to_regclass('agent_runs') \
+                 AND attname = 'fencing_epoch' AND NOT attisdropped",
+            ),
+        };
+        let mut present = |sql: &str, params: Vec<sql::SqlParam>| -> Result<bool, StoreError> {
+            let rows = self.query(&Statement { sql: sql.into(), params })?;
+            Ok(rows.first().and_then(|r| r.first()).is_some_and(|(_, v)| *v == sql::SqlValue::Int(1)))
+        };
         for table in REQUIRED_TABLES {
-            let stmt = match self.dialect() {
-                Dialect::Sqlite => Statement {
-                    sql: "SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = ?1".into(),
-                    params: vec![sql::SqlParam::Text(table.into())],
-                },
-                Dialect::Postgres => Statement {
-                    sql: "SELECT (to_regclass($1::text) IS NOT NULL)::int AS n".into(),
-                    params: vec![sql::SqlParam::Text(table.into())],
-                },
-            };
-            let rows = self.query(&stmt)?;
-            let found = rows.first().and_then(|r| r.first()).is_some_and(|(_, v)| *v == sql::SqlValue::Int(1));
-            if !found {
+            if !present(table_sql, text(table))? {
                 return Ok(Some(format!("table {table}")));
             }
         }
-        let probe = Statement { sql: "SELECT fencing_epoch FROM agent_runs WHERE 1 = 0".into(), params: vec![] };
-        if self.query(&probe).is_err() {
+        if !present(column_sql, vec![])? {
             return Ok(Some("column agent_runs.fencing_epoch".into()));
         }
         Ok(None)

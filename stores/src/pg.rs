@@ -339,7 +339,7 @@ impl Conn {
             Ok(Err(Failure::Db(e))) => Err(StoreError(format!("{what}: {}", pg_reason(&e)))),
             Ok(Err(Failure::Lost(reason))) => {
                 self.drop_live();
-                Err(StoreError(format!("{what}: postgres connection lost: {reason}")))
+                Err(StoreError(format!("{what}: connection lost: {reason}")))
             }
             Err(_) => {
                 self.cancel_in_flight();
