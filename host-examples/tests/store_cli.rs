@@ -8,16 +8,17 @@
 
 use std::path::Path;
 use std::process::Output;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 mod common;
+// The PostgreSQL routes (direct, through the transaction pooler) and their namespaces, shared
+// with the store crates' tests.
+#[path = "../../tests/sql-exec/tests/pg_route/mod.rs"]
+mod pg_route;
 
 use common::{SAFETY_COUNTS, cmd, fails, hf, json_lines, now_ms, ok, run_row, sqlite_store, temp_dir, text, uuid};
 use heart_fleet_core::{InstanceRow, InstanceStatus, RunStatus, Timestamp};
+use pg_route::{Namespace, Route, env};
 use serde_json::Value;
-
-/// Numbers the PostgreSQL schemas of this process's tests.
-static N: AtomicUsize = AtomicUsize::new(0);
 
 fn t(ms: i64) -> Timestamp {
     Timestamp(ms)
@@ -359,77 +360,60 @@ fn bad_input_is_named() {
 // PostgreSQL
 // ------------------------------------------------------------------------------------------
 
-fn database_url() -> Option<String> {
-    match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(std::env::var_os("CI").is_none(), "DATABASE_URL is not set, and CI is: PostgreSQL tests must run");
-            eprintln!("SKIPPED: heart-fleet CLI PostgreSQL tests (set DATABASE_URL to run them)");
-            None
-        }
-    }
-}
-
-/// A schema of its own for one test, dropped at the end; `url` selects it.
-struct PgSchema {
-    base: String,
-    name: String,
-    url: String,
-}
-
-impl PgSchema {
-    fn new(base: &str) -> PgSchema {
-        let name = format!("heart_cli_{}_{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst));
-        let mut c = postgres::Client::connect(base, postgres::NoTls).unwrap();
-        c.batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}")).unwrap();
-        let sep = if base.contains('?') { '&' } else { '?' };
-        PgSchema { base: base.to_owned(), url: format!("{base}{sep}options=-csearch_path%3D{name}"), name }
-    }
-}
-
-impl Drop for PgSchema {
-    fn drop(&mut self) {
-        if let Ok(mut c) = postgres::Client::connect(&self.base, postgres::NoTls) {
-            let _ = c.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
-        }
-    }
-}
-
-fn pg_migrated(base: &str, dir: &Path) -> PgSchema {
-    let schema = PgSchema::new(base);
-    let e = fails(&hf(dir, &["--store", &schema.url, "canary"]), 2);
+/// Migrates a fresh namespace on `route` through the CLI (checking first that a command on the
+/// unmigrated store names the fix), twice: the second run applies nothing.
+fn pg_migrated(route: Route, dir: &Path) -> Option<Namespace> {
+    let ns = Namespace::new(route, "heart-fleet CLI PostgreSQL tests")?;
+    let e = fails(&hf(dir, &["--store", &ns.url, "canary"]), 2);
     assert!(e.contains("has no table agent_runs") && e.contains("heart-fleet migrate"), "{e}");
     assert!(!e.contains(":heart@"), "the password is redacted: {e}");
-    let first = ok(&hf(dir, &["--store", &schema.url, "migrate"]));
+    let first = ok(&hf(dir, &["--store", &ns.url, "migrate"]));
     assert!(first.contains("0001_reference_schema: applied") && first.contains("0002_heart_fleet: applied"), "{first}");
-    let again = ok(&hf(dir, &["--store", &schema.url, "migrate"]));
+    let again = ok(&hf(dir, &["--store", &ns.url, "migrate"]));
     assert!(again.contains("(0 applied now)"), "{again}");
-    schema
+    Some(ns)
 }
 
-#[test]
-fn postgres_migrate_canary_and_race() {
-    let Some(base) = database_url() else { return };
+/// The same command tests on both routes: directly and through the transaction pooler.
+macro_rules! on_both_routes {
+    ($($name:ident => $body:path;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test]
+            fn direct() {
+                $body(Route::Direct);
+            }
+            #[test]
+            fn through_the_pooler() {
+                $body(Route::Pooler);
+            }
+        }
+    )*};
+}
+
+on_both_routes! {
+    postgres_migrate_canary_and_race => migrate_canary_and_race;
+    postgres_reclaim_and_runs => reclaim_and_runs;
+    postgres_simulate_processes_with_kills => simulate_processes_with_kills;
+}
+
+fn migrate_canary_and_race(route: Route) {
     let dir = temp_dir("heart-store-cli");
-    let s = pg_migrated(&base, &dir);
+    let Some(s) = pg_migrated(route, &dir) else { return };
     canary_twice_reuses_the_row(&dir, &s.url);
     racing_canaries_give_one_lease_held(&dir, &s.url);
 }
 
-#[test]
-fn postgres_reclaim_and_runs() {
-    let Some(base) = database_url() else { return };
+fn reclaim_and_runs(route: Route) {
     let dir = temp_dir("heart-store-cli");
-    let s = pg_migrated(&base, &dir);
+    let Some(s) = pg_migrated(route, &dir) else { return };
     reclaim_recovers_expired_and_dead_holders(&dir, &s.url);
     operator_actions(&dir, &s.url);
 }
 
-#[test]
-fn postgres_simulate_processes_with_kills() {
-    let Some(base) = database_url() else { return };
+fn simulate_processes_with_kills(route: Route) {
     let dir = temp_dir("heart-store-cli");
-    let s = pg_migrated(&base, &dir);
+    let Some(s) = pg_migrated(route, &dir) else { return };
     let out = hf(&dir, &["--store", &s.url, "simulate", "--processes", "3", "--ttl", "2", "--seed", "7", "--json"]);
     let r = check_safe_report(&out);
     assert!(r["store"].as_str().unwrap().starts_with("postgres://"), "{r}");
@@ -441,9 +425,9 @@ fn postgres_simulate_processes_with_kills() {
 #[test]
 #[ignore = "flaky: about 1 run in 10 reports one exclusion violation, likely the checker's (a release that landed on a killed connection leaves no receipt, so the rebuilt lease looks longer than it was); run with --ignored"]
 fn postgres_simulate_processes_rides_through_killed_connections() {
-    let Some(base) = database_url() else { return };
     let dir = temp_dir("heart-store-cli");
-    let s = pg_migrated(&base, &dir);
+    let Some(s) = pg_migrated(Route::Direct, &dir) else { return };
+    let Some(base) = env("DATABASE_URL", "heart-fleet CLI PostgreSQL tests") else { return };
     let app = format!("heart-ride-{}", std::process::id());
     let url = format!("{}&application_name={app}", s.url);
     let mut child = cmd(
@@ -726,7 +710,7 @@ fn empty_names_and_ids_are_wrong_arguments() {
 
 #[test]
 fn postgres_errors_say_what_failed() {
-    let Some(base) = database_url() else { return };
+    let Some(base) = env("DATABASE_URL", "heart-fleet CLI PostgreSQL tests") else { return };
     let dir = temp_dir("heart-store-cli");
     let sep = if base.contains('?') { '&' } else { '?' };
     // A search_path naming no schema that exists: nowhere to create the tables.
@@ -735,9 +719,8 @@ fn postgres_errors_say_what_failed() {
     assert!(e.contains("no schema has been selected to create in"), "the server's message: {e}");
     assert!(!e.trim_end().ends_with("db error"), "{e}");
     // A foreign agent_runs table: one line naming the migration and the server's message.
-    let s = PgSchema::new(&base);
-    let mut c = postgres::Client::connect(&base, postgres::NoTls).unwrap();
-    c.batch_execute(&format!("CREATE TABLE {}.agent_runs (x integer)", s.name)).unwrap();
+    let Some(s) = Namespace::new(Route::Direct, "heart-fleet CLI PostgreSQL tests") else { return };
+    s.instrument().batch_execute("CREATE TABLE agent_runs (x integer)").unwrap();
     let e = fails(&hf(&dir, &["--store", &s.url, "migrate"]), 2);
     assert!(e.contains("migration 0001_reference_schema") && e.contains("does not exist"), "{e}");
     assert!(!e.contains("CREATE") && !e.contains(":heart@"), "{e}");
@@ -745,9 +728,8 @@ fn postgres_errors_say_what_failed() {
 
 #[test]
 fn postgres_a_password_parameter_is_masked_in_output() {
-    let Some(base) = database_url() else { return };
     let dir = temp_dir("heart-store-cli");
-    let s = PgSchema::new(&base);
+    let Some(s) = Namespace::new(Route::Direct, "heart-fleet CLI PostgreSQL tests") else { return };
     // postgres://user:password@rest -> postgres://user@rest&password=password
     let (scheme, rest) = s.url.split_once("://").unwrap();
     let (userinfo, after) = rest.rsplit_once('@').unwrap();

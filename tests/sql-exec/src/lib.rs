@@ -12,6 +12,7 @@
 //!
 //! PostgreSQL tests need `DATABASE_URL` (e.g. `postgres://heart:heart@127.0.0.1:5432/heart_test`);
 //! without it they print a `SKIPPED` line, or fail when `CI` is set. Each test works in a
-//! schema of its own and drops it at the end.
+//! namespace of its own and drops it at the end: a schema, or, for the tests that run the store
+//! through PgBouncer in transaction mode (`HEART_PGBOUNCER_URL`), a database.
 
 pub use heart_fleet_stores::{PgStore, SqliteStore};

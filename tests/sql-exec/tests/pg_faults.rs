@@ -1,5 +1,6 @@
 //! `PgStore` under faults, against the real server: a statement that gets no answer fails at
-//! its client-side deadline (the server holds a lock the statement waits for), a killed
+//! its client-side deadline (the server holds a lock the statement waits for), directly and
+//! through the pooler, a killed
 //! backend fails one request and the next one reconnects (the failed write is not retried),
 //! TLS with a self-signed certificate (`sslmode=require&sslrootcert=…`, and refused without
 //! the root), and the pooler mode (`pgbouncer=true`) through a PgBouncer in transaction mode
@@ -10,7 +11,8 @@
 //! test prints SKIPPED, except under `CI`, where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod pg_route;
+
 use std::time::{Duration, Instant};
 
 use heart_fleet_core::model::RunRow;
@@ -19,80 +21,54 @@ use heart_fleet_core::sql::{SqlValue, Statement};
 use heart_fleet_core::time::Timestamp;
 use heart_fleet_core::{ErrorCode, HeartFleet};
 use heart_fleet_stores::{AnyStore, PgStore};
+use pg_route::{Namespace, Route, env, with};
 use postgres::{Client, NoTls};
-
-static N: AtomicUsize = AtomicUsize::new(0);
-
-fn env(name: &str, what: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ => {
-            assert!(std::env::var_os("CI").is_none(), "{name} is not set, and CI is: the {what} test must run in CI");
-            eprintln!("SKIPPED: {what} (set {name} to run it)");
-            None
-        }
-    }
-}
-
-/// `url` plus query parameters.
-fn with(url: &str, params: &str) -> String {
-    format!("{url}{}{params}", if url.contains('?') { '&' } else { '?' })
-}
-
-/// A fresh, migrated schema; the store's URL puts its connections there.
-struct Schema {
-    admin: Client,
-    name: String,
-    url: String,
-}
-
-impl Schema {
-    fn new(base: &str) -> Schema {
-        let name = format!("heart_faults_{}_{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst));
-        let mut admin = Client::connect(base, NoTls).unwrap();
-        admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}")).unwrap();
-        let url = with(base, &format!("options=-csearch_path%3D{name}"));
-        let mut store = AnyStore::Postgres(PgStore::connect(&url).unwrap());
-        heart_fleet_stores::migrate(&mut store).unwrap();
-        Schema { admin, name, url }
-    }
-
-    fn seed(&self, id: &str) {
-        let t0 = Timestamp::parse_iso("2026-07-30T00:00:00.000Z").unwrap();
-        let mut store = AnyStore::Postgres(PgStore::connect(&self.url).unwrap());
-        store.insert_run(&RunRow::ready(id, format!("faults:{id}"), t0)).unwrap();
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        let _ = self.admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name));
-    }
-}
 
 fn uuid(n: u32) -> String {
     format!("00000000-0000-4000-8000-{n:012}")
 }
 
+/// Seeds a ready run by hand, through the namespace's direct instrument.
+fn seed(ns: &Namespace, id: &str) {
+    let t0 = Timestamp::parse_iso("2026-07-30T00:00:00.000Z").unwrap();
+    let mut store = AnyStore::Postgres(PgStore::connect(&ns.direct_url).unwrap());
+    store.insert_run(&RunRow::ready(id, format!("faults:{id}"), t0)).unwrap();
+}
+
 #[test]
 fn a_statement_without_an_answer_fails_at_its_deadline_and_the_next_request_reconnects() {
-    let Some(base) = env("DATABASE_URL", "PostgreSQL faults") else { return };
-    let schema = Schema::new(&base);
+    statement_deadline(Route::Direct);
+}
+
+#[test]
+fn through_the_pooler_a_statement_without_an_answer_fails_at_its_deadline() {
+    statement_deadline(Route::Pooler);
+}
+
+fn statement_deadline(route: Route) {
+    let Some(schema) = Namespace::migrated(route, "PostgreSQL faults") else { return };
     let run = uuid(1);
-    schema.seed(&run);
+    seed(&schema, &run);
     let store = PgStore::connect(&with(&schema.url, "heart_statement_timeout_ms=300")).unwrap();
     let mut fleet = HeartFleet::new(store);
     // Another session holds the row: the acquire's UPDATE waits for the lock, with no answer.
-    let mut blocker = Client::connect(&schema.url, NoTls).unwrap();
+    let mut blocker = schema.instrument();
     let mut tx = blocker.transaction().unwrap();
     tx.batch_execute(&format!("SELECT 1 FROM agent_runs WHERE id = '{run}' FOR UPDATE")).unwrap();
     let started = Instant::now();
     let err = fleet.acquire(&run, "w", 60).unwrap_err();
     let took = started.elapsed();
     assert_eq!(err.code, ErrorCode::StoreUnavailable, "{err}");
-    // The server's statement_timeout (a little shorter) cancels it first; the client's own
-    // deadline is the backstop for a server that does not answer at all.
-    assert!(err.message.contains("statement timeout") || err.message.contains("no answer within 300 ms"), "{err}");
+    // Directly, the server's statement_timeout (a little shorter) cancels it first; the
+    // client's own deadline is the backstop for a server that does not answer at all, and the
+    // only bound through a pooler, which takes no session settings.
+    match route {
+        Route::Direct => assert!(
+            err.message.contains("statement timeout") || err.message.contains("no answer within 300 ms"),
+            "{err}"
+        ),
+        Route::Pooler => assert!(err.message.contains("no answer within 300 ms"), "{err}"),
+    }
     assert!(took < Duration::from_secs(3), "the deadline took {took:?}");
     tx.rollback().unwrap();
     // The connection was dropped with the missed statement; the next request connects again
@@ -110,12 +86,14 @@ fn a_statement_without_an_answer_fails_at_its_deadline_and_the_next_request_reco
     assert_eq!(acquired.fence.unwrap().epoch, Some(1), "the abandoned acquire did not commit");
 }
 
+/// Direct only: through a transaction pooler a server connection killed between
+/// transactions is the pooler's to replace, and the client never sees it.
 #[test]
 fn a_killed_backend_fails_one_request_and_the_next_one_reconnects() {
     let Some(base) = env("DATABASE_URL", "PostgreSQL faults") else { return };
-    let schema = Schema::new(&base);
+    let Some(schema) = Namespace::migrated(Route::Direct, "PostgreSQL faults") else { return };
     let run = uuid(2);
-    schema.seed(&run);
+    seed(&schema, &run);
     let app = format!("heart-faults-{}", std::process::id());
     let mut fleet = HeartFleet::new(PgStore::connect(&with(&schema.url, &format!("application_name={app}"))).unwrap());
     let a = fleet.acquire(&run, "w", 60).unwrap();
@@ -165,14 +143,12 @@ fn tls_with_a_self_signed_certificate_is_verified_against_sslrootcert() {
 
 #[test]
 fn through_a_transaction_pooler_four_workers_share_two_server_connections() {
-    let Some(pooled) = env("HEART_PGBOUNCER_URL", "PgBouncer") else { return };
-    let url = with(&pooled, "pgbouncer=true");
-    let mut store = AnyStore::Postgres(PgStore::connect(&url).unwrap());
-    heart_fleet_stores::migrate(&mut store).unwrap();
-    // Twice: the second finds every migration recorded (the advisory lock is transaction-scoped).
-    assert!(heart_fleet_stores::migrate(&mut store).unwrap().iter().all(|m| !m.applied));
+    // Migrated twice through the pooler: the second run finds every migration recorded (the
+    // advisory lock is transaction-scoped).
+    let Some(ns) = Namespace::migrated(Route::Pooler, "PgBouncer") else { return };
+    let url = ns.url.clone();
     // One resource run per worker (find-or-create through the pooler), released back to ready.
-    let tag = format!("{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst));
+    let tag = std::process::id().to_string();
     let mut setup = HeartFleet::new(PgStore::connect(&url).unwrap());
     let runs: Vec<String> = (0..4)
         .map(|i| setup.ensure_resource_run("pooler-test", &format!("{tag}-{i}"), "pooler", "test").unwrap().0.id)

@@ -6,6 +6,11 @@
 //! Needs `DATABASE_URL` (e.g. `postgres://heart:heart@127.0.0.1:5432/heart_test`). Without
 //! it every test prints a SKIPPED line and passes, unless `CI` is set, where it fails. Each
 //! test creates a schema of its own, applies the migrations there twice, and drops it.
+//!
+//! These run directly only: they check what the statements mean, which a pooler cannot
+//! change. How the statements travel through a transaction pooler (unnamed, typed, no
+//! session state) is checked by `store_suite.rs`, `pg_faults.rs` and the CLI's tests, which run
+//! the store on both routes (`pg_route`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod common;

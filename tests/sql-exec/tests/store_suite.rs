@@ -1,23 +1,25 @@
 //! The core's store conformance suite (`heart_fleet_core::store_suite`) against the
 //! library's two SQL stores: [`SqliteStore`] over a fresh in-memory SQLite database per
-//! fixture call, and [`PgStore`] over a fresh PostgreSQL schema per fixture call (named with
-//! the process id and a counter, so parallel tests and test runs never share tables; every
-//! schema is dropped when the fixture is).
+//! fixture call, and [`PgStore`] over a fresh PostgreSQL namespace per fixture call, on both
+//! routes (`pg_route`): directly (a schema) and through PgBouncer in transaction mode (a
+//! database). Namespaces are named with the process id and a counter, so parallel tests and
+//! test runs never share tables, and dropped with the fixture.
 //!
 //! Seeding is the stores' own `insert_run` / `insert_instance` / `insert_intent` (every column
 //! exactly as given, timestamps as ISO text, JSON as text).
 //!
-//! The PostgreSQL test needs `DATABASE_URL` (e.g. `postgres://heart:heart@127.0.0.1:5432/heart_test`).
-//! Without it it prints a SKIPPED line and passes, unless `CI` is set, where it fails.
+//! The PostgreSQL tests need `DATABASE_URL` (e.g. `postgres://heart:heart@127.0.0.1:5432/heart_test`),
+//! the pooler test also `HEART_PGBOUNCER_URL`. Without them they print a SKIPPED line and
+//! pass, unless `CI` is set, where they fail.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod pg_route;
 
 use heart_fleet_core::sql::{Dialect, migrations};
 use heart_fleet_core::store_suite::{StoreFixture, SuiteReport, run_store_suite};
 use heart_fleet_core::{InstanceRow, IntentRow, RunRow, StoreError};
 use heart_fleet_sql_exec::{PgStore, SqliteStore};
-use postgres::{Client, NoTls};
+use pg_route::{Namespace, Route};
 use rusqlite::Connection;
 
 fn err(what: &str, e: impl std::fmt::Display) -> StoreError {
@@ -66,67 +68,25 @@ fn the_sqlite_store_passes_the_store_suite() {
 }
 
 // ------------------------------------------------------------------------------------------
-// PostgreSQL
+// PostgreSQL, on both routes (directly and through the transaction pooler)
 // ------------------------------------------------------------------------------------------
 
-static SCHEMAS: AtomicUsize = AtomicUsize::new(0);
-
-fn database_url() -> Option<String> {
-    match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "DATABASE_URL is not set, and CI is: the PostgreSQL store suite must run in CI"
-            );
-            eprintln!("SKIPPED: heart-fleet-sql-exec PostgreSQL store suite (set DATABASE_URL to run it)");
-            None
-        }
-    }
-}
-
-/// Each `fresh` store is a new connection working in a new schema with the migrations
-/// applied; the fixture drops every schema it made when it is dropped.
+/// Each `fresh` store works in a new namespace (a schema directly, a database through the
+/// pooler), migrated through the route; the namespaces are dropped with the fixture.
 struct PgFixture {
-    url: String,
-    admin: Client,
-    schemas: Vec<String>,
-}
-
-impl PgFixture {
-    fn connect(url: String) -> PgFixture {
-        let admin = Client::connect(&url, NoTls).unwrap_or_else(|e| panic!("connect {url}: {e}"));
-        PgFixture { url, admin, schemas: Vec::new() }
-    }
-}
-
-impl Drop for PgFixture {
-    fn drop(&mut self) {
-        for schema in &self.schemas {
-            if let Err(e) = self.admin.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")) {
-                eprintln!("could not drop schema {schema}: {e}");
-            }
-        }
-    }
+    route: Route,
+    namespaces: Vec<Namespace>,
 }
 
 impl StoreFixture for PgFixture {
     type Store = PgStore;
 
     fn fresh(&mut self) -> Result<PgStore, StoreError> {
-        let schema = format!("heart_suite_{}_{}", std::process::id(), SCHEMAS.fetch_add(1, Ordering::SeqCst));
-        let mut client = Client::connect(&self.url, NoTls).map_err(|e| err("postgres connect", e))?;
-        client
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"))
-            .map_err(|e| err("postgres create schema", e))?;
-        self.schemas.push(schema.clone());
-        client.batch_execute(&format!("SET search_path TO {schema}")).map_err(|e| err("postgres search_path", e))?;
-        for (name, sql) in migrations(Dialect::Postgres) {
-            client.batch_execute(&format!("BEGIN; {sql}\n; COMMIT;")).map_err(|e| err(name, e))?;
-        }
-        // The store's own connection: the schema comes with the URL, so a reconnect keeps it.
-        let sep = if self.url.contains('?') { '&' } else { '?' };
-        PgStore::connect(&format!("{}{sep}options=-csearch_path%3D{schema}", self.url))
+        let ns = Namespace::migrated(self.route, "heart-fleet-sql-exec PostgreSQL store suite")
+            .ok_or_else(|| StoreError("the PostgreSQL route is not configured".into()))?;
+        let store = PgStore::connect(&ns.url);
+        self.namespaces.push(ns);
+        store
     }
 
     fn seed_run(&mut self, store: &mut PgStore, r: &RunRow) -> Result<(), StoreError> {
@@ -142,11 +102,23 @@ impl StoreFixture for PgFixture {
     }
 }
 
-#[test]
-fn the_postgres_store_passes_the_store_suite() {
-    let Some(url) = database_url() else { return };
-    let mut fixture = PgFixture::connect(url);
+fn postgres_suite(route: Route) {
+    // Probe once, so an unconfigured route outside CI is one SKIPPED line, not ten failures.
+    if Namespace::new(route, "heart-fleet-sql-exec PostgreSQL store suite").is_none() {
+        return;
+    }
+    let mut fixture = PgFixture { route, namespaces: Vec::new() };
     let report = run_store_suite(&mut fixture);
     drop(fixture);
-    check("postgres", &report);
+    check(&format!("postgres ({route:?})"), &report);
+}
+
+#[test]
+fn the_postgres_store_passes_the_store_suite() {
+    postgres_suite(Route::Direct);
+}
+
+#[test]
+fn the_postgres_store_passes_the_store_suite_through_a_transaction_pooler() {
+    postgres_suite(Route::Pooler);
 }
