@@ -82,6 +82,10 @@
 //!   `effect_committed` receipt, or one without a delivery; delivered effects with none,
 //!   unless the delivering worker was killed between its `before` and `after` lines (its
 //!   receipt died with it: counted in `receipts_lost_to_kills`).
+//!
+//! A receipt whose insert failed (the store's connection was lost under it) is journaled by
+//! the process's sink, whole; the books above count it as what happened, and the report
+//! counts it in `receipts_lost_to_store_errors`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
@@ -100,7 +104,7 @@ use heart_fleet_core::sql::{Dialect, SqlParam, SqlRow, SqlValue, Statement};
 use heart_fleet_core::{
     ErrorCode, FencingToken, HeartMetrics, IntentRow, LeaseStore, ProbeVerdict, StoreError, Timestamp, verify_receipt,
 };
-use heart_fleet_stores::receipts::ReceiptTableSink;
+use heart_fleet_stores::receipts::{ReceiptTableSink, StoredReceipt, TableSinkHealth};
 use heart_fleet_stores::{AnyStore, StoreTarget, Tx, redact};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -220,6 +224,10 @@ pub struct ProcReport {
     pub receipts: u64,
     /// Delivered effects whose `effect_committed` receipt died with a killed worker.
     pub receipts_lost_to_kills: u64,
+    /// Receipts lost to store failures: inserts that failed (a lost connection; the process
+    /// journaled each receipt, and the books count them as what happened), and
+    /// `effect_committed` receipts never emitted because the commit's answer was lost.
+    pub receipts_lost_to_store_errors: u64,
     /// Overlapping leases on a run, and deliveries inside another holder's lease.
     pub exclusion_violations: u64,
     /// Deliveries of an effect beyond its first.
@@ -243,8 +251,10 @@ pub struct ProcReport {
     pub final_time: String,
     /// The parent's (sweeper's) 13 counters; workers' counters die with them.
     pub metrics: HeartMetrics,
-    /// Receipts of this simulation by event, from every process.
+    /// Receipts of this simulation in `heart_receipts` by event, from every process.
     pub receipts_by_event: BTreeMap<String, u64>,
+    /// The receipts lost to store failures, by event.
+    pub receipts_lost_by_event: BTreeMap<String, u64>,
 }
 
 impl ProcReport {
@@ -287,7 +297,7 @@ impl ProcReport {
             out,
             "work: {} leases, {}/{} effects delivered ({} refused), {} recovered ({} by the TTL sweep, {} by liveness, \
              {} taken over by acquire), {} requeued, reconciler {} committed / {} reopened, {} receipts \
-             ({} lost to kills)",
+             ({} lost to kills, {} to store failures)",
             self.leases,
             self.effects_fired,
             self.effects_expected,
@@ -300,7 +310,8 @@ impl ProcReport {
             self.reconciler_committed,
             self.reconciler_reopened,
             self.receipts,
-            self.receipts_lost_to_kills
+            self.receipts_lost_to_kills,
+            self.receipts_lost_to_store_errors
         )?;
         writeln!(out, "sweeper metrics: {}", crate::simulate::metrics_text(&self.metrics))?;
         writeln!(out, "safety:")?;
@@ -564,6 +575,55 @@ impl Journal {
     }
 }
 
+/// The table sink, journaling each receipt it could not insert (the whole receipt), so the
+/// checker rebuilds the history from what happened, not only from what reached the table: a
+/// receipt is emitted after its write succeeded, and a lost connection can take the insert of
+/// the receipt with it.
+struct JournaledTableSink {
+    table: ReceiptTableSink,
+    health: TableSinkHealth,
+    journaled: usize,
+    journal: Journal,
+}
+
+impl JournaledTableSink {
+    fn new(store: &AnyStore, journal: &Path) -> Result<JournaledTableSink, String> {
+        let (table, health) = ReceiptTableSink::new(store);
+        Ok(JournaledTableSink { table, health, journaled: 0, journal: Journal::open(journal)? })
+    }
+}
+
+impl ReceiptSink for JournaledTableSink {
+    fn emit(&mut self, receipt: &heart_fleet_core::HeartReceipt) {
+        self.table.emit(receipt);
+        for lost in self.health.lost_since(self.journaled) {
+            self.journaled += 1;
+            // A journal that cannot be written fails the checker's books, which is what it
+            // should do: nothing else can be done from inside a sink.
+            let _ = self.journal.write(&json!({"ev": LOST_RECEIPT, "receipt": lost.receipt, "error": lost.error}));
+        }
+    }
+}
+
+/// The `after` outcome of a `send_once` that ended in a store failure.
+const STORE_ERROR_OUTCOME: &str = "store-error";
+
+/// The journal event of a receipt the table sink could not insert.
+const LOST_RECEIPT: &str = "receipt-lost";
+
+/// The parent's journal (in the simulation's directory): the receipts its sink lost.
+const PARENT_JOURNAL: &str = "parent.journal";
+
+/// The receipts journaled as lost, as rows of the table they did not reach.
+fn lost_receipts<'a>(journals: impl Iterator<Item = &'a Vec<Value>>) -> Vec<StoredReceipt> {
+    journals
+        .flatten()
+        .filter(|l| field(l, "ev") == Some(LOST_RECEIPT))
+        .filter_map(|l| l.get("receipt").cloned())
+        .map(|receipt| StoredReceipt { id: i64::MAX, receipt, columns_differ: false })
+        .collect()
+}
+
 fn read_journal(path: &Path) -> Vec<Value> {
     let Ok(file) = File::open(path) else { return Vec::new() };
     std::io::BufReader::new(file)
@@ -643,8 +703,7 @@ pub fn run_worker(url: &str, cfg: WorkerConfig) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_millis(cfg.deadline_ms);
     let store = open_riding_through(url, deadline)?;
     let ext = open_riding_through(url, deadline)?;
-    let (sink, _health) = ReceiptTableSink::new(&store);
-    let sinks: Vec<Box<dyn ReceiptSink>> = vec![Box::new(sink)];
+    let sinks: Vec<Box<dyn ReceiptSink>> = vec![Box::new(JournaledTableSink::new(&store, &cfg.journal)?)];
     let store = FaultyStore { inner: store, fault: cfg.fault };
     let fleet = cfg
         .engine
@@ -785,7 +844,15 @@ impl Worker {
                         self.note(json!({"ev": "dropped", "run": token.run_id, "why": "the send failed"}))?;
                         return Ok(());
                     }
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => {
+                        if store_failure(&e.to_string()) {
+                            // The commit after a send may have landed with its answer lost: the
+                            // effect's receipt, never emitted, is then missing for a reason.
+                            self.note(json!({"ev": "after", "run": token.run_id, "key": key, "epoch": epoch,
+                                             "fired": fired, "outcome": STORE_ERROR_OUTCOME}))?;
+                        }
+                        return Err(e.to_string());
+                    }
                     Ok(r) if r.sent => {
                         self.note(
                             json!({"ev": "after", "run": token.run_id, "key": key, "epoch": epoch, "fired": fired,
@@ -901,8 +968,8 @@ pub fn run(
     let sim_id = format!("{}-{}-{nanos}", cfg.seed, std::process::id());
     let dir = std::env::temp_dir().join(format!("heart-fleet-sim-{sim_id}"));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let (table, _) = ReceiptTableSink::new(&store);
-    let mut sinks: Vec<Box<dyn ReceiptSink>> = vec![Box::new(table)];
+    let parent_journal = dir.join(PARENT_JOURNAL);
+    let mut sinks: Vec<Box<dyn ReceiptSink>> = vec![Box::new(JournaledTableSink::new(&store, &parent_journal)?)];
     sinks.extend(sink);
     let store = FaultyStore { inner: store, fault: cfg.fault };
     let fleet = engine.build(store, cfg.max_retries, Box::new(FanoutSink::new(sinks))).map_err(err_text)?;
@@ -1200,7 +1267,30 @@ impl Parent<'_> {
                 b.receipt_mismatches += 1;
             }
         }
-        b.leases_from(&receipts);
+        let stored = receipts.len() as u64;
+        let mut by_event: BTreeMap<String, u64> = BTreeMap::new();
+        for r in &receipts {
+            let event = r.receipt.get("event").and_then(Value::as_str).unwrap_or("?").to_owned();
+            *by_event.entry(event).or_default() += 1;
+        }
+        let journals: BTreeMap<String, Vec<Value>> =
+            self.journals.iter().map(|(name, path)| (name.clone(), read_journal(path))).collect();
+        // The receipts the sinks journaled as lost happened too: the books see them.
+        let parent = read_journal(&self.dir.join(PARENT_JOURNAL));
+        let lost = lost_receipts(journals.values().chain(std::iter::once(&parent)));
+        let mut lost_by_event: BTreeMap<String, u64> = BTreeMap::new();
+        for r in &lost {
+            if verify_receipt(&r.receipt).is_err() {
+                b.receipt_mismatches += 1;
+            }
+            let event = r.receipt.get("event").and_then(Value::as_str).unwrap_or("?").to_owned();
+            *lost_by_event.entry(event).or_default() += 1;
+        }
+        let lost_count = lost.len() as u64;
+        receipts.extend(lost);
+        // A worker killed at the bound dies like any killed worker: its last receipt may be lost.
+        let killed: BTreeSet<String> = self.killed.union(&self.stopped).cloned().collect();
+        b.leases_from(&receipts, &killed);
         let q = match self.ext.dialect() {
             Dialect::Sqlite => {
                 "SELECT id, run_id, effect_key, owner, epoch, live, at FROM sim_effects WHERE sim_id = ?1 ORDER BY id"
@@ -1223,8 +1313,6 @@ impl Parent<'_> {
                 at: Timestamp::parse_iso(&cell_text(r, "at")).map_or(0, |t| t.0),
             })
             .collect();
-        let journals: BTreeMap<String, Vec<Value>> =
-            self.journals.iter().map(|(name, path)| (name.clone(), read_journal(path))).collect();
         b.check_deliveries(&deliveries, &journals);
         let mut expected = BTreeSet::new();
         let mut of_unfinished = BTreeSet::new();
@@ -1236,9 +1324,10 @@ impl Parent<'_> {
                 }
             }
         }
-        // A worker killed at the bound dies like any killed worker: its last receipt may be lost.
-        let killed: BTreeSet<String> = self.killed.union(&self.stopped).cloned().collect();
         b.check_effects(&expected, &deliveries, &receipts, &journals, &killed);
+        if b.receipts_lost_to_store_errors > 0 {
+            *lost_by_event.entry("effect_committed".to_owned()).or_default() += b.receipts_lost_to_store_errors;
+        }
         let missing_unfinished =
             expected.iter().filter(|k| of_unfinished.contains(*k) && !deliveries.iter().any(|d| &d.key == *k)).count()
                 as u64;
@@ -1248,11 +1337,6 @@ impl Parent<'_> {
             .filter(|l| field(l, "ev") == Some("lease") && l.get("takeover").and_then(Value::as_bool) == Some(true))
             .count() as u64;
         let unfinished = runs.iter().filter(|(_, s)| s != "completed").count() as u64;
-        let mut by_event: BTreeMap<String, u64> = BTreeMap::new();
-        for r in &receipts {
-            let event = r.receipt.get("event").and_then(Value::as_str).unwrap_or("?").to_owned();
-            *by_event.entry(event).or_default() += 1;
-        }
         let now = self.fleet.store_mut().execute(StoreRequest::Now).map_err(err_text)?.now;
         let fires_refused = journals
             .values()
@@ -1290,8 +1374,9 @@ impl Parent<'_> {
             stopped_at_bound: self.stopped.len() as u64,
             reconciler_committed: self.committed,
             reconciler_reopened: self.reopened,
-            receipts: receipts.len() as u64,
+            receipts: stored,
             receipts_lost_to_kills: b.receipts_lost_to_kills,
+            receipts_lost_to_store_errors: lost_count + b.receipts_lost_to_store_errors,
             exclusion_violations: b.exclusion_violations,
             duplicate_effects: b.duplicate_effects,
             stale_commits: b.stale_commits,
@@ -1304,6 +1389,7 @@ impl Parent<'_> {
             final_time: now.to_iso(),
             metrics: self.fleet.metrics(),
             receipts_by_event: by_event,
+            receipts_lost_by_event: lost_by_event,
         };
         report.safe = report.safety_counts().iter().all(|(_, n)| *n == 0);
         // Out of time: unfinished runs and their undelivered effects are what a stop explains;
@@ -1355,6 +1441,7 @@ struct Books {
     zombie_writes: u64,
     receipt_mismatches: u64,
     receipts_lost_to_kills: u64,
+    receipts_lost_to_store_errors: u64,
 }
 
 fn field<'a>(r: &'a Value, k: &str) -> Option<&'a str> {
@@ -1372,7 +1459,7 @@ fn worker_of(owner: &str) -> &str {
 
 impl Books {
     /// Lease intervals from receipts, and zombie writes.
-    fn leases_from(&mut self, receipts: &[heart_fleet_stores::receipts::StoredReceipt]) {
+    fn leases_from(&mut self, receipts: &[heart_fleet_stores::receipts::StoredReceipt], killed: &BTreeSet<String>) {
         let mut sorted: Vec<&Value> = receipts.iter().map(|r| &r.receipt).collect();
         // Store clock first; the table's insertion order breaks ties.
         sorted.sort_by_key(|r| millis(r, "at").unwrap_or(0));
@@ -1411,9 +1498,14 @@ impl Books {
                 },
                 // A recovery ends a lease that had expired (`at` ≥ its end, on the store's own
                 // clock): the interval stays as granted, so a recovery of a live lease leaves it
-                // overlapping the next holder's, an exclusion violation.
+                // overlapping the next holder's, an exclusion violation. Except a killed
+                // holder's: the liveness sweep may take its lease before the expiry, the holder
+                // being gone (its instance's heartbeat stopped with it).
                 "reclaimed" | "quarantined" => {
                     if let Some(l) = open {
+                        if killed.contains(worker_of(&l.owner)) {
+                            l.end = l.end.min(at);
+                        }
                         l.open = false;
                     }
                 }
@@ -1502,8 +1594,22 @@ impl Books {
                             })
                         })
                 });
+                // Or when a delivery's `send_once` ended in a store failure: its commit's
+                // outcome was unknown to the worker, which emitted no receipt.
+                let unknown = ds.iter().any(|d| {
+                    journals.get(worker_of(&d.owner)).is_some_and(|j| {
+                        j.iter().any(|l| {
+                            field(l, "ev") == Some("after")
+                                && field(l, "key") == Some(d.key.as_str())
+                                && l.get("epoch").and_then(Value::as_i64) == Some(d.epoch)
+                                && field(l, "outcome") == Some(STORE_ERROR_OUTCOME)
+                        })
+                    })
+                });
                 if lost {
                     self.receipts_lost_to_kills += 1;
+                } else if unknown {
+                    self.receipts_lost_to_store_errors += 1;
                 } else {
                     self.receipt_mismatches += 1;
                 }
@@ -1548,6 +1654,22 @@ mod tests {
     }
 
     #[test]
+    fn a_recovery_before_the_expiry_is_an_overlap_unless_the_holder_was_killed() {
+        // w1's lease runs to 5000; a recovery at 1000, then w2 acquires at 1200.
+        let receipts = vec![
+            rec(1, HeartEvent::Acquired, "w1:1", Some(5000), None, 0),
+            rec(2, HeartEvent::Reclaimed, "w1:1", Some(5000), None, 1000),
+            rec(3, HeartEvent::Acquired, "w2:2", Some(6000), None, 1200),
+        ];
+        let mut alive = Books::default();
+        alive.leases_from(&receipts, &BTreeSet::new());
+        assert_eq!(alive.exclusion_violations, 1, "a live holder's lease taken early");
+        let mut killed = Books::default();
+        killed.leases_from(&receipts, &["w1".to_owned()].into_iter().collect());
+        assert_eq!(killed.exclusion_violations, 0, "a killed holder's lease ends at its recovery");
+    }
+
+    #[test]
     fn the_books_catch_overlaps_zombies_duplicates_and_stale_fires() {
         // w1 holds [0, 2000) and renews late (a zombie); w2 acquires at 1000: overlap.
         let receipts = vec![
@@ -1558,7 +1680,7 @@ mod tests {
             rec(5, HeartEvent::EffectCommitted, "w1:1", Some(2000), Some("k1"), 1600),
         ];
         let mut b = Books::default();
-        b.leases_from(&receipts);
+        b.leases_from(&receipts, &BTreeSet::new());
         assert_eq!(b.zombie_writes, 1);
         assert!(b.exclusion_violations >= 1);
         let before = |key: &str, epoch: i64| json!({"ev": "before", "key": key, "epoch": epoch});

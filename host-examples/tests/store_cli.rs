@@ -7,7 +7,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 use std::path::Path;
-use std::process::Output;
 
 mod common;
 // The PostgreSQL routes (direct, through the transaction pooler) and their namespaces, shared
@@ -15,7 +14,7 @@ mod common;
 #[path = "../../tests/sql-exec/tests/pg_route/mod.rs"]
 mod pg_route;
 
-use common::{SAFETY_COUNTS, cmd, fails, hf, json_lines, now_ms, ok, run_row, sqlite_store, temp_dir, text, uuid};
+use common::{check_safe_report, cmd, fails, hf, json_lines, now_ms, ok, run_row, sqlite_store, temp_dir, text, uuid};
 use heart_fleet_core::{InstanceRow, InstanceStatus, RunStatus, Timestamp};
 use pg_route::{Namespace, Route, env};
 use serde_json::Value;
@@ -150,25 +149,6 @@ fn operator_actions(dir: &Path, url: &str) {
     assert_eq!((created["created"].as_bool(), created["run"]["status"].as_str()), (Some(true), Some("ready")));
     let again: Value = serde_json::from_str(&ok(&hf(dir, &["--store", url, "runs", "create", "job:42"]))).unwrap();
     assert_eq!((again["created"].as_bool(), &again["run"]["id"]), (Some(false), &created["run"]["id"]));
-}
-
-#[track_caller]
-fn check_safe_report(out: &Output) -> Value {
-    let stdout = ok(out);
-    let r: Value = serde_json::from_str(&stdout).unwrap();
-    for k in SAFETY_COUNTS {
-        assert_eq!(r[k], 0, "{k}: {r:#}");
-    }
-    assert_eq!(r["safe"], true, "{r:#}");
-    assert_eq!(r["quiescent"], true, "{r:#}");
-    assert!(r["kills"].as_u64().unwrap() > 0, "{r:#}");
-    assert_eq!(r["effects_fired"], r["effects_expected"], "{r:#}");
-    assert_eq!(r["worker_failures"], 0, "{r:#}");
-    assert_eq!(r["verdict"], "safe", "{r:#}");
-    // Every recovery is counted: the sweeps' and the takeovers in acquire, one receipt each.
-    let recovered: u64 = ["reclaimed", "liveness_reclaimed", "takeovers"].iter().map(|k| r[k].as_u64().unwrap()).sum();
-    assert_eq!(r["receipts_by_event"]["reclaimed"].as_u64().unwrap_or(0), recovered, "{r:#}");
-    r
 }
 
 // ------------------------------------------------------------------------------------------
@@ -423,7 +403,6 @@ fn simulate_processes_with_kills(route: Route) {
 /// is a store failure the worker or the sweeper rides through (the store reconnects on the
 /// next request), and the run still ends with its report, safe.
 #[test]
-#[ignore = "flaky: about 1 run in 10 reports one exclusion violation, likely the checker's (a release that landed on a killed connection leaves no receipt, so the rebuilt lease looks longer than it was); run with --ignored"]
 fn postgres_simulate_processes_rides_through_killed_connections() {
     let dir = temp_dir("heart-store-cli");
     let Some(s) = pg_migrated(Route::Direct, &dir) else { return };
@@ -472,11 +451,10 @@ fn postgres_simulate_processes_rides_through_killed_connections() {
     }
     let out = child.wait_with_output().unwrap();
     assert!(terminated >= 3, "only {terminated} connections were killed: the simulation ended too soon for the test");
+    // Safe, with its report. A connection killed while idle costs no request (the store sees it
+    // closed before sending and connects again), so `store_errors` counts only the kills that
+    // caught a request in flight, and may be 0; pg_outages.rs makes them certain.
     let r = check_safe_report(&out);
-    assert!(
-        r["store_errors"].as_u64().unwrap() > 0,
-        "the killed connections showed as store errors ridden through: {r}"
-    );
     assert_eq!(r["worker_failures"], 0, "{r}");
 }
 

@@ -14,8 +14,10 @@
 //! store asks the server to cancel the statement (best-effort, one second), drops the
 //! connection, and the request fails with a [`StoreError`] naming what timed out. On a direct
 //! connection the server's own `statement_timeout` is set a little shorter (unless the URL's
-//! `options` set one), so a statement that is merely slow (a lock wait) is cancelled by the
-//! server first and its error comes back: it did not happen. A statement the server could not
+//! `options` set one; behind a pooler, which takes no startup settings, each statement runs in
+//! a pipelined transaction of its own that sets it with `SET LOCAL`), so a statement that is
+//! merely slow (a lock wait) is cancelled by the server first and its error comes back: it did
+//! not happen. A statement the server could not
 //! be asked about may still land; the recovery paths resolve it (a lease nobody holds a token
 //! for expires and is swept).
 //!
@@ -23,8 +25,11 @@
 //!
 //! A request whose connection was lost (killed backend, server restart, network, deadline)
 //! fails; the store never retries it, because a write whose outcome is unknown must be left to
-//! the recovery paths (the sweep, the reconciler). The **next** request connects again. So
-//! session state must come from the URL (`options=-csearch_path%3D…`), never from `SET`.
+//! the recovery paths (the sweep, the reconciler). The **next** request connects again. A
+//! connection the server closed while the store was idle is noticed before the next request
+//! is sent (its farewell is read first), so that request goes out on a new connection and
+//! does not fail at all. Session state must come from the URL (`options=-csearch_path%3D…`),
+//! never from `SET`.
 //!
 //! # Prepared statements and poolers
 //!
@@ -132,7 +137,7 @@ fn parse_target(url: &str) -> Result<Target, StoreError> {
     // The server abandons a statement a little before the client would give up on it, so a
     // statement stuck behind a lock is cancelled by the server (its error comes back, nothing
     // lands) instead of running once the lock goes. A pooler refuses startup parameters: there
-    // only the client's deadline (and its cancel request) hold.
+    // each statement's transaction sets it (`query_on`).
     let user_set = config.get_options().is_some_and(|o| o.contains("statement_timeout"));
     if !options.pooler && !user_set {
         let server_ms = server_statement_timeout_ms(options.statement_timeout);
@@ -258,6 +263,19 @@ pub(crate) fn pg_reason(e: &tokio_postgres::Error) -> String {
 impl Conn {
     /// The open connection, connecting first when there is none (or it was lost).
     fn live(&mut self, what: &str) -> Result<&mut Live, StoreError> {
+        if self.live.is_some() {
+            // A connection the server closed while this store was idle (a restart,
+            // `pg_terminate_backend`) has its farewell waiting in the socket, unread: the
+            // connection task runs only inside `block_on`. Let it read what is there, so the
+            // request goes out on a new connection instead of failing on the dead one. Nothing
+            // has been sent yet, so this is no retry. (Each yield lets the runtime poll its I/O
+            // driver once, without waiting.)
+            self.runtime.block_on(async {
+                for _ in 0..2 {
+                    tokio::task::yield_now().await;
+                }
+            });
+        }
         if self.live.as_ref().is_some_and(|l| l.client.is_closed()) {
             self.drop_live();
         }
@@ -382,12 +400,35 @@ fn is_stale(e: &tokio_postgres::Error) -> bool {
 /// connection's prepared-statement cache (a cached statement the server no longer knows, or
 /// whose result type changed with the schema, fails without having run: it is prepared again
 /// and run once more).
-async fn query_on(live: &mut Live, options: PgOptions, stmt: &Statement) -> Result<Vec<Row>, Failure> {
+async fn query_on(
+    live: &mut Live,
+    options: PgOptions,
+    stmt: &Statement,
+    in_transaction: bool,
+) -> Result<Vec<Row>, Failure> {
     let params = params(stmt).map_err(|e| Failure::Lost(e.0))?;
     if options.pooler {
         let typed: Vec<(&(dyn ToSql + Sync), Type)> =
             params.iter().map(|(v, t)| (v.as_ref() as &(dyn ToSql + Sync), t.clone())).collect();
-        return live.client.query_typed(&stmt.sql, &typed).await.map_err(Failure::of);
+        if in_transaction {
+            return live.client.query_typed(&stmt.sql, &typed).await.map_err(Failure::of);
+        }
+        // A pooler takes no session settings, and a cancel request it forwards can arrive after
+        // the lock a statement waits for is gone (the statement then lands after the client
+        // gave up). So the statement runs in a transaction of its own that sets the server's
+        // deadline first: BEGIN + SET LOCAL, the statement, COMMIT, pipelined (sent together,
+        // one round trip). A failed statement aborts the transaction; COMMIT then rolls it back.
+        let begin =
+            format!("BEGIN; SET LOCAL statement_timeout = {}", server_statement_timeout_ms(options.statement_timeout));
+        let (began, rows, committed) = tokio::join!(
+            live.client.batch_execute(&begin),
+            live.client.query_typed(&stmt.sql, &typed),
+            live.client.batch_execute("COMMIT")
+        );
+        began.map_err(Failure::of)?;
+        let rows = rows.map_err(Failure::of)?;
+        committed.map_err(Failure::of)?;
+        return Ok(rows);
     }
     let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(v, _)| v.as_ref() as &(dyn ToSql + Sync)).collect();
     let mut attempts = 0;
@@ -447,7 +488,7 @@ impl PgStore {
     /// Runs one statement (`$n` placeholders) in autocommit and returns its rows. Columns
     /// must be text, integers or booleans (cast anything else to text).
     pub fn query(&self, stmt: &Statement) -> Result<Vec<SqlRow>, StoreError> {
-        let rows = self.conn().run("postgres", async |live, options| query_on(live, options, stmt).await)?;
+        let rows = self.conn().run("postgres", async |live, options| query_on(live, options, stmt, false).await)?;
         sql_rows(&rows)
     }
 
@@ -460,7 +501,16 @@ impl PgStore {
     /// behind a transaction pooler the whole transaction reaches one server connection).
     pub fn transaction<T>(&self, f: impl FnOnce(&mut PgTx<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let mut conn = self.conn();
-        conn.run("postgres begin", async |live, _| live.client.batch_execute("BEGIN").await.map_err(Failure::of))?;
+        // Behind a pooler the server's deadline is set for the transaction (see `query_on`).
+        let begin = if conn.options.pooler {
+            format!(
+                "BEGIN; SET LOCAL statement_timeout = {}",
+                server_statement_timeout_ms(conn.options.statement_timeout)
+            )
+        } else {
+            "BEGIN".to_owned()
+        };
+        conn.run("postgres begin", async |live, _| live.client.batch_execute(&begin).await.map_err(Failure::of))?;
         let mut tx = PgTx { conn: &mut conn };
         let out = match f(&mut tx) {
             Ok(v) => v,
@@ -502,7 +552,7 @@ impl PgTx<'_> {
 
     /// Runs one statement and returns its rows.
     pub fn query(&mut self, stmt: &Statement) -> Result<Vec<SqlRow>, StoreError> {
-        let rows = self.conn.run("postgres", async |live, options| query_on(live, options, stmt).await)?;
+        let rows = self.conn.run("postgres", async |live, options| query_on(live, options, stmt, true).await)?;
         sql_rows(&rows)
     }
 

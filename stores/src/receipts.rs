@@ -4,8 +4,8 @@
 //!
 //! A receipt is written after the store write it describes, by the process that made it; a
 //! process killed between the two leaves the write without its receipt (never a receipt
-//! without its write). Sink failures cannot fail a lease operation (the core's rule): the
-//! first one is kept in [`TableSinkHealth`] for the host to report.
+//! without its write). Sink failures cannot fail a lease operation (the core's rule): each
+//! lost receipt is kept in [`TableSinkHealth`] for the host to report.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,6 +22,17 @@ use crate::AnyStore;
 struct Health {
     written: u64,
     error: Option<String>,
+    lost: Vec<LostReceipt>,
+}
+
+/// A receipt the sink could not insert, and why. (The write it describes did happen: a
+/// receipt is emitted only after its write succeeded.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostReceipt {
+    /// The receipt.
+    pub receipt: HeartReceipt,
+    /// The store's error.
+    pub error: String,
 }
 
 /// What a [`ReceiptTableSink`] managed to do.
@@ -36,14 +47,27 @@ impl TableSinkHealth {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).written
     }
 
-    /// The first insert error, if any (later receipts were not written).
+    /// The first insert error, if any.
     pub fn error(&self) -> Option<String> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).error.clone()
+    }
+
+    /// The receipts that could not be inserted, in order, from the `from`-th on (a host that
+    /// journals them asks for the ones it has not seen yet).
+    pub fn lost_since(&self, from: usize) -> Vec<LostReceipt> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.lost.get(from..).map(<[LostReceipt]>::to_vec).unwrap_or_default()
     }
 }
 
 /// Appends receipts to `heart_receipts` through a clone of a store (sharing its connection;
 /// the fleet emits receipts between store requests, never during one).
+///
+/// A failed insert loses that receipt only: the sink goes on with the next one (a store that
+/// failed once, a lost connection, usually answers the next request, and an audit trail that
+/// stopped at the first hiccup would lose everything after it). The insert is not retried,
+/// since its outcome is unknown when the connection died under it, and a retry could write
+/// the receipt twice. Every loss is kept in [`TableSinkHealth`] for the host to report.
 #[derive(Debug)]
 pub struct ReceiptTableSink {
     store: AnyStore,
@@ -60,13 +84,15 @@ impl ReceiptTableSink {
 
 impl ReceiptSink for ReceiptTableSink {
     fn emit(&mut self, receipt: &HeartReceipt) {
+        let outcome = self.store.append_receipt(receipt);
         let mut state = self.health.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.error.is_some() {
-            return;
-        }
-        match self.store.append_receipt(receipt) {
+        match outcome {
             Ok(()) => state.written += 1,
-            Err(e) => state.error = Some(format!("cannot append to heart_receipts: {e}")),
+            Err(e) => {
+                let error = format!("cannot append to heart_receipts: {e}");
+                state.error.get_or_insert_with(|| error.clone());
+                state.lost.push(LostReceipt { receipt: receipt.clone(), error });
+            }
         }
     }
 }

@@ -160,6 +160,33 @@ fn receipts_go_to_the_table_and_verify_on_sqlite() {
     check_receipt_table(store);
 }
 
+/// A failed insert loses that receipt only: it is named in the health handle, and the next
+/// receipt is written again (the sink used to stop at its first failure).
+#[test]
+fn a_failed_receipt_insert_loses_that_receipt_only() {
+    let url = format!("sqlite:{}", temp_db("receipts-lost.db").display());
+    let mut store = connect(&url).unwrap();
+    migrate(&mut store).unwrap();
+    let (sink, health) = ReceiptTableSink::new(&store);
+    let mut heart = HeartFleet::new(store.clone()).with_sink(Box::new(sink));
+    let (run, _) = heart.ensure_resource_run("mutex", "lost", "lost", "test").unwrap();
+    // The table is away while the acquire's receipt is emitted…
+    store.batch("ALTER TABLE heart_receipts RENAME TO heart_receipts_away").unwrap();
+    let fence = heart.acquire(&run.id, "A", 60).unwrap().fence.unwrap();
+    store.batch("ALTER TABLE heart_receipts_away RENAME TO heart_receipts").unwrap();
+    // … and back for the release's.
+    heart.release(&fence, heart_fleet_core::ops::ReleaseTo::Ready).unwrap();
+    assert_eq!(health.written(), 1);
+    let lost = health.lost_since(0);
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert_eq!((lost[0].receipt.event.as_str(), lost[0].receipt.run_id.as_str()), ("acquired", run.id.as_str()));
+    assert!(lost[0].error.contains("heart_receipts"), "{lost:?}");
+    assert_eq!(health.error().as_deref(), Some(lost[0].error.as_str()));
+    assert!(health.lost_since(1).is_empty());
+    let counts = store.receipt_counts().unwrap();
+    assert_eq!((counts.get("acquired"), counts.get("released")), (None, Some(&1)));
+}
+
 // ------------------------------------------------------------------------------------------
 // PostgreSQL
 // ------------------------------------------------------------------------------------------

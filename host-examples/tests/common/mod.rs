@@ -96,3 +96,28 @@ pub fn sqlite_store(dir: &Path, name: &str) -> String {
     assert!(out.contains("0001_schema: applied"), "{out}");
     url
 }
+
+/// The JSON report of a multi-process simulation that must have come out safe: every safety
+/// count 0, quiescent, every effect fired, no worker failed, every recovery with its receipt.
+#[track_caller]
+pub fn check_safe_report(out: &Output) -> Value {
+    let stdout = ok(out);
+    let r: Value = serde_json::from_str(&stdout).unwrap();
+    for k in SAFETY_COUNTS {
+        assert_eq!(r[k], 0, "{k}: {r:#}");
+    }
+    assert_eq!(r["safe"], true, "{r:#}");
+    assert_eq!(r["quiescent"], true, "{r:#}");
+    assert!(r["kills"].as_u64().unwrap() > 0, "{r:#}");
+    assert_eq!(r["effects_fired"], r["effects_expected"], "{r:#}");
+    assert_eq!(r["worker_failures"], 0, "{r:#}");
+    assert_eq!(r["verdict"], "safe", "{r:#}");
+    // Every recovery is counted: the sweeps' and the takeovers in acquire, one receipt each
+    // (in the table, or journaled as lost to a store failure).
+    let recovered: u64 = ["reclaimed", "liveness_reclaimed", "takeovers"].iter().map(|k| r[k].as_u64().unwrap()).sum();
+    let receipts = |table: &str| r[table]["reclaimed"].as_u64().unwrap_or(0);
+    assert_eq!(receipts("receipts_by_event") + receipts("receipts_lost_by_event"), recovered, "{r:#}");
+    let lost: u64 = r["receipts_lost_by_event"].as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum();
+    assert_eq!(lost, r["receipts_lost_to_store_errors"].as_u64().unwrap(), "{r:#}");
+    r
+}
