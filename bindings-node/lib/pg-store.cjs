@@ -29,10 +29,58 @@ const OPTIONS = ['pool', 'client', 'connectionString', 'max', 'prepare', 'queryT
 const DEFAULT_QUERY_TIMEOUT_MS = 10_000;
 /** The longest wait for a new connection of a pool this store creates, by default (ms). */
 const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
+/** The longest a cancel request may take before it is given up (ms). */
+const CANCEL_TIMEOUT_MS = 1_000;
+/** PostgreSQL's CancelRequest code (the protocol's "1234.5678"). */
+const CANCEL_REQUEST_CODE = 80877102;
+/** The deadline's mark in a race with a statement's answer. */
+const MISSED = Symbol('missed');
 
 /** Whether a connection string asks for the pooler mode (`pgbouncer=true`, as Prisma spells it). */
 function poolerUrl(connectionString) {
   return /[?&]pgbouncer=(true|1)(&|$)/.test(connectionString);
+}
+
+/**
+ * Asks the server behind `conn` (a node-postgres client) to cancel the statement its backend
+ * runs: a CancelRequest with the backend's key on a connection of its own, in plain text as
+ * libpq and node-postgres send it (the key is its only credential). PgBouncer
+ * forwards it to the server connection its client is linked to. Resolves once the server has
+ * closed that connection (it acted on the request) or after CANCEL_TIMEOUT_MS, and never
+ * rejects: a server that cannot be reached cannot be asked, and that statement's outcome
+ * stays unknown (the recovery paths resolve it).
+ */
+function cancelStatement(conn) {
+  const { processID, secretKey, host, port } = conn;
+  if (!Number.isInteger(processID) || !Number.isInteger(secretKey) || typeof host !== 'string' || host === '' || !port) return Promise.resolve();
+  return new Promise((resolve) => {
+    let socket;
+    try {
+      // eslint-disable-next-line global-require
+      const net = require('node:net');
+      // A host that is a directory is node-postgres's Unix socket form.
+      socket = host.startsWith('/') ? net.connect(`${host}/.s.PGSQL.${port}`) : net.connect(Number(port), host);
+    } catch {
+      resolve();
+      return;
+    }
+    const timer = setTimeout(() => socket.destroy(), CANCEL_TIMEOUT_MS);
+    // An error closes the socket; 'close' settles.
+    socket.on('error', () => {});
+    socket.on('close', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    socket.on('connect', () => {
+      const packet = Buffer.alloc(16);
+      packet.writeInt32BE(16, 0);
+      packet.writeInt32BE(CANCEL_REQUEST_CODE, 4);
+      packet.writeInt32BE(processID, 8);
+      packet.writeInt32BE(secretKey, 12);
+      // Not half-closed: PgBouncer could drop a request whose client has gone.
+      socket.write(packet);
+    });
+  });
 }
 
 /**
@@ -45,14 +93,23 @@ function poolerUrl(connectionString) {
  * or `{connectionString, max?}` (creates a `pg.Pool`; `end()` closes it).
  *
  * * Deadlines: each statement waits at most `queryTimeoutMs` (default 10000) for its
- *   answer (node-postgres's client-side `query_timeout`; the pool then discards the
- *   connection), and a pool this store creates waits at most `connectTimeoutMs` (default
- *   5000) for a connection and gives its connections the same server-side
- *   `statement_timeout`, so that a statement the client gave up on (say, waiting for a lock)
- *   is cancelled by the server instead of landing later. With a pool of your own, set its
- *   `statement_timeout` too; otherwise such a write's outcome is unknown and the recovery
- *   paths (the sweep, the reconciler) resolve it. The driver's error fails the request with
- *   store-unavailable.
+ *   answer, and a pool this store creates waits at most `connectTimeoutMs` (default 5000) for
+ *   a connection. A server backend does not notice that its client gave up, so a statement
+ *   past its deadline (say, waiting for a lock) would still land once it could. On a pool
+ *   (this store's, or a `pg.Pool` you pass) each statement runs on a connection checked out
+ *   for it; one that misses the deadline makes the store send the server a cancel request for
+ *   that connection's backend (through PgBouncer too, which forwards it; bounded, one second),
+ *   then discard the connection, and the request fails with store-unavailable naming the
+ *   deadline. Directly (not `pgbouncer=true`), a pool this store creates also gives its
+ *   connections a server-side `statement_timeout` a little shorter, so the server abandons
+ *   such a statement first and says so. A single `{client}` gets node-postgres's client-side
+ *   `query_timeout` only: node-postgres has no supported way to tell whether the timed-out
+ *   statement is still the one its backend runs, and a cancel request cancels whatever that
+ *   is (maybe a later query of yours), so none is sent; nor can a client of yours be
+ *   discarded. The timed-out statement then keeps running on the server (it may still land)
+ *   and the client's later queries wait behind it: set `statement_timeout` on such a session,
+ *   or pass a pool. A write whose outcome is unknown is resolved by the recovery paths (the
+ *   sweep, the reconciler). A driver error fails the request with store-unavailable.
  * * Lost connections: a pool replaces a connection that failed; the failed request is not
  *   retried (its outcome is unknown: the recovery paths resolve it). A single `{client}`
  *   cannot reconnect: pass a pool.
@@ -90,11 +147,14 @@ class PgLeaseStore {
       // pgbouncer=true is ours: the driver does not take it.
       const driverUrl = connectionString.replace(/([?&])pgbouncer=[^&]*(&|$)/, (_, a, b) => (b ? a : '')).replace(/[?&]$/, '');
       const config = { connectionString: driverUrl, max: max ?? 10, connectionTimeoutMillis: connectTimeoutMs };
-      // The server abandons a statement at the same deadline, so one the client gave up on (a
-      // lock wait) is not applied later. A pooler refuses session parameters at startup.
-      // A little shorter than the client's deadline, so that the server's cancellation comes first.
+      // Besides the cancel request at the deadline (_query), the server abandons a statement
+      // itself a little before it, so a lock wait ends with the server's own error even when a
+      // cancel request cannot get through. A pooler refuses session parameters at startup.
       if (!poolerUrl(connectionString)) config.statement_timeout = Math.max(1, this._queryTimeoutMs - Math.min(100, Math.floor(this._queryTimeoutMs / 5)));
       db = new pg.Pool(config);
+      // An idle connection that dies (a restart, pg_terminate_backend) is dropped by the pool and
+      // replaced on the next request; unheard, its 'error' event would end the process.
+      db.on('error', () => {});
       this._owned = true;
     } else if (connectionString !== undefined) {
       throw typeError('PgLeaseStore: pass one of {pool}, {client} or {connectionString}');
@@ -102,6 +162,8 @@ class PgLeaseStore {
     if (typeof db.query !== 'function') throw typeError(`PgLeaseStore: the pool/client must have query(), got ${describe(db)}`);
     if (options.prepare !== undefined && typeof options.prepare !== 'boolean') throw typeError('PgLeaseStore: prepare must be a boolean');
     this.db = db;
+    // A node-postgres pool: statements run on connections checked out for them (see _query).
+    this._pooled = typeof db.connect === 'function' && typeof db.totalCount === 'number';
     this._prepare = options.prepare ?? !(typeof connectionString === 'string' && poolerUrl(connectionString));
     this._names = new Map();
   }
@@ -114,6 +176,45 @@ class PgLeaseStore {
       this._names.set(sql, n);
     }
     return n;
+  }
+
+  /**
+   * Runs one statement (a node-postgres query config) within queryTimeoutMs. On a pool, on a
+   * connection of its own: one that misses the deadline is asked to cancel the statement, then
+   * discarded, and the request fails (store-unavailable). See the class comment.
+   */
+  async _query(config) {
+    const ms = this._queryTimeoutMs;
+    if (!this._pooled) return this.db.query({ ...config, query_timeout: ms });
+    const conn = await this.db.connect();
+    // The connection dying while it is ours fails the statement below; unheard, its 'error'
+    // event would end the process.
+    const ignore = () => {};
+    conn.on('error', ignore);
+    let timer;
+    const deadline = new Promise((resolve) => {
+      timer = setTimeout(resolve, ms, MISSED);
+    });
+    let res;
+    try {
+      // The race also hears the statement's failure after the deadline (the dropped connection).
+      res = await Promise.race([conn.query(config), deadline]);
+    } catch (e) {
+      // As pg.Pool#query does: a connection whose statement failed is not reused.
+      conn.release(e);
+      throw e;
+    } finally {
+      clearTimeout(timer);
+    }
+    if (res === MISSED) {
+      // Cancelled before the connection goes: PgBouncer links a cancel request to its client.
+      await cancelStatement(conn);
+      conn.release(true);
+      throw codedError('store-unavailable', `postgres: no answer within ${ms} ms (queryTimeoutMs); the server was asked to cancel the statement and the connection was dropped`);
+    }
+    conn.removeListener('error', ignore);
+    conn.release();
+    return res;
   }
 
   /** The store contract: one StoreRequest → its StoreAnswer (as JSON text). */
@@ -138,9 +239,9 @@ class PgLeaseStore {
     }
     const results = [];
     for (const st of statements) {
-      const config = { text: st.sql, values: st.params.map(param), rowMode: 'array', query_timeout: this._queryTimeoutMs };
+      const config = { text: st.sql, values: st.params.map(param), rowMode: 'array' };
       if (this._prepare) config.name = this._name(st.sql);
-      const res = await this.db.query(config);
+      const res = await this._query(config);
       const names = res.fields.map((f) => f.name);
       results.push(res.rows.map((row) => row.map((v, i) => [names[i], v])));
     }
@@ -165,8 +266,7 @@ class PgLeaseStore {
    */
   async migrate() {
     const plan = JSON.parse(native.sqlMigrationPlan('postgres'));
-    const pooled = typeof this.db.connect === 'function' && typeof this.db.totalCount === 'number';
-    const conn = pooled ? await this.db.connect() : this.db;
+    const conn = this._pooled ? await this.db.connect() : this.db;
     const out = [];
     try {
       for (const [name, script] of plan.migrations) {
@@ -189,7 +289,7 @@ class PgLeaseStore {
         out.push({ name, applied });
       }
     } finally {
-      if (pooled) conn.release();
+      if (this._pooled) conn.release();
     }
     return out;
   }
@@ -210,7 +310,7 @@ class PgLeaseStore {
         return;
       }
       chain = chain
-        .then(() => this.db.query({ text: st.sql, values: st.params.map(param), query_timeout: this._queryTimeoutMs }))
+        .then(() => this._query({ text: st.sql, values: st.params.map(param) }))
         .catch((e) => {
           if (onError) onError(e, receipt);
         });

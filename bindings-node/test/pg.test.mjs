@@ -1,12 +1,11 @@
-// PgLeaseStore against a real PostgreSQL (DATABASE_URL, e.g.
-// postgres://heart:heart@127.0.0.1:5432/heart_test). Without DATABASE_URL the tests print
-// SKIPPED, except under CI (env CI set), where a missing database is a failure.
-// Each run works in a schema of its own, created and dropped here.
+// PgLeaseStore against a real PostgreSQL, every test body on two routes (helpers/pg-route.mjs):
+// `[direct]` (DATABASE_URL, e.g. postgres://heart:heart@127.0.0.1:5432/heart_test) and
+// `[pooler]` (HEART_PGBOUNCER_URL: PgBouncer in transaction mode, pool size 2, `pgbouncer=true`).
+// Each route works in a database of its own, created, migrated through the route and dropped
+// here. A missing service prints SKIPPED, except under CI (env CI set), where it is a failure.
 
-import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import pg from 'pg';
 import {
   HeartFleet,
   PgLeaseStore,
@@ -20,70 +19,39 @@ import {
   HeartFleetError,
 } from '../index.mjs';
 import { assertShape } from './helpers/shape.mjs';
+import { routeTest, directOnlyTest } from './helpers/pg-route.mjs';
 
-const url = process.env.DATABASE_URL;
-const skip = url ? false : 'SKIPPED: DATABASE_URL is not set';
-if (!url) {
-  console.log('pg tests SKIPPED: DATABASE_URL is not set');
-  if (process.env.CI) {
-    test('PostgreSQL is required under CI', () => assert.fail('DATABASE_URL is not set (CI requires the PostgreSQL tests)'));
-  }
-}
+if (!process.env.DATABASE_URL) console.log('pg tests SKIPPED: DATABASE_URL is not set');
 
-const schema = `heart_node_${process.pid}_${Date.now()}`;
-const pools = [];
-function pool(extra = {}) {
-  const p = new pg.Pool({ connectionString: url, options: `-c search_path=${schema}`, max: 4, ...extra });
-  pools.push(p);
-  return p;
-}
-let admin;
-let store;
-let heart;
-
-before(async () => {
-  if (!url) return;
-  admin = new pg.Client({ connectionString: url });
-  await admin.connect();
-  await admin.query(`CREATE SCHEMA ${schema}`);
-  store = new PgLeaseStore({ pool: pool() });
-  await store.migrate();
-  heart = new HeartFleet({ store });
-});
-
-after(async () => {
-  if (!url) return;
-  await Promise.all(pools.map((p) => p.end().catch(() => {})));
-  await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-  await admin.end();
-});
-
-async function seedRun(fields = {}) {
+/** Inserts a run on the route's database (directly, not through the store under test). */
+async function seedRun({ admin }, fields = {}) {
   const id = randomUUID();
   const f = { status: 'ready', lease_owner: null, lease_expires_at: null, retries: 0, ...fields };
   await admin.query(
-    `INSERT INTO ${schema}.agent_runs (id, assignment_id, objective, status, lease_owner, lease_expires_at, retries, idempotency_key, created_by)
+    `INSERT INTO agent_runs (id, assignment_id, objective, status, lease_owner, lease_expires_at, retries, idempotency_key, created_by)
      VALUES ($1, gen_random_uuid(), 'pg test', $2, $3, $4, $5, $6, 'test')`,
     [id, f.status, f.lease_owner, f.lease_expires_at, f.retries, `pg:${id}`],
   );
   return id;
 }
 
-async function row(id) {
-  const r = await admin.query(`SELECT status, lease_owner, retries, fencing_epoch FROM ${schema}.agent_runs WHERE id = $1`, [id]);
+async function row({ admin }, id) {
+  const r = await admin.query('SELECT status, lease_owner, retries, fencing_epoch FROM agent_runs WHERE id = $1', [id]);
   return r.rows[0];
 }
 
-test('migrations are idempotent', { skip }, async () => {
-  await store.migrate();
-  await store.migrate();
+routeTest('migrations are idempotent: two more migrates at once apply nothing', async (route) => {
+  const again = await Promise.all([route.store.migrate(), route.newStore({ max: 2 }).migrate()]);
+  for (const plan of again) assert.ok(plan.length >= 2 && plan.every((m) => !m.applied), JSON.stringify(plan));
+  const recorded = await route.admin.query('SELECT name, count(*)::int AS n FROM heart_fleet_migrations GROUP BY name ORDER BY name');
+  assert.deepEqual(recorded.rows, again[0].map((m) => m.name).sort().map((name) => ({ name, n: 1 })));
 });
 
 // The CLI for the mixed-runtime migrate test: $HEART_FLEET_CLI (the README's test command
 // builds it first), else the workspace's release build.
 const cliPath = process.env.HEART_FLEET_CLI || new URL('../../target/release/heart-fleet', import.meta.url).pathname;
 
-test('a Node migrate and Rust migrates at once on a fresh database apply each migration once', { skip }, async () => {
+routeTest('a Node migrate and Rust migrates at once on a fresh database apply each migration once', async (route) => {
   const { existsSync } = await import('node:fs');
   const { execFile } = await import('node:child_process');
   if (!existsSync(cliPath)) {
@@ -91,47 +59,34 @@ test('a Node migrate and Rust migrates at once on a fresh database apply each mi
     console.log(`SKIPPED: no heart-fleet CLI at ${cliPath}`);
     return;
   }
-  const db = `heart_node_migrate_${process.pid}_${Date.now()}`;
-  await admin.query(`CREATE DATABASE ${db}`);
-  const dbUrl = new URL(url);
-  dbUrl.pathname = `/${db}`;
-  const pools = [1, 2, 3].map(() => new pg.Pool({ connectionString: dbUrl.href, max: 1 }));
-  try {
-    const rust = () =>
-      new Promise((resolve, reject) =>
-        execFile(cliPath, ['--store', dbUrl.href, 'migrate'], { timeout: 120_000 }, (err, stdout, stderr) =>
-          err ? reject(new Error(`heart-fleet migrate: ${stderr || err.message}`)) : resolve(stdout),
-        ),
-      );
-    const [node1, node2, node3, ...cli] = await Promise.all([
-      ...pools.map((p) => new PgLeaseStore({ pool: p }).migrate()),
-      rust(),
-      rust(),
-    ]);
-    const names = node1.map((m) => m.name);
-    assert.ok(names.length >= 2, 'the PostgreSQL plan has migrations');
-    // Every migration recorded once, and applied by exactly one of the five migrates.
-    const check = new pg.Client({ connectionString: dbUrl.href });
-    await check.connect();
-    const recorded = await check.query('SELECT name, count(*)::int AS n FROM heart_fleet_migrations GROUP BY name ORDER BY name');
-    await check.end();
-    assert.deepEqual(recorded.rows, [...names].sort().map((name) => ({ name, n: 1 })));
-    for (const name of names) {
-      const byNode = [node1, node2, node3].filter((r) => r.find((m) => m.name === name).applied).length;
-      const byRust = cli.filter((out) => out.split('\n').includes(`${name}: applied`)).length;
-      assert.equal(byNode + byRust, 1, `${name} applied by ${byNode} Node and ${byRust} Rust migrates`);
-    }
-    // The schema works for a fleet afterwards.
-    const fleet = new HeartFleet({ store: new PgLeaseStore({ pool: pools[0] }) });
-    assert.deepEqual((await fleet.listRuns()).length, 0);
-  } finally {
-    await Promise.all(pools.map((p) => p.end().catch(() => {})));
-    await admin.query(`DROP DATABASE IF EXISTS ${db}`);
+  const db = await route.createDatabase('migrate');
+  const stores = [1, 2, 3].map(() => route.newStore({ max: 1 }, db));
+  const rust = () =>
+    new Promise((resolve, reject) =>
+      execFile(cliPath, ['--store', db.storeUrl, 'migrate'], { timeout: 120_000 }, (err, stdout, stderr) =>
+        err ? reject(new Error(`heart-fleet migrate: ${stderr || err.message}`)) : resolve(stdout),
+      ),
+    );
+  const [node1, node2, node3, ...cli] = await Promise.all([...stores.map((s) => s.migrate()), rust(), rust()]);
+  const names = node1.map((m) => m.name);
+  assert.ok(names.length >= 2, 'the PostgreSQL plan has migrations');
+  // Every migration recorded once, and applied by exactly one of the five migrates.
+  const check = await route.client(db.adminUrl);
+  const recorded = await check.query('SELECT name, count(*)::int AS n FROM heart_fleet_migrations GROUP BY name ORDER BY name');
+  assert.deepEqual(recorded.rows, [...names].sort().map((name) => ({ name, n: 1 })));
+  for (const name of names) {
+    const byNode = [node1, node2, node3].filter((r) => r.find((m) => m.name === name).applied).length;
+    const byRust = cli.filter((out) => out.split('\n').includes(`${name}: applied`)).length;
+    assert.equal(byNode + byRust, 1, `${name} applied by ${byNode} Node and ${byRust} Rust migrates`);
   }
+  // The schema works for a fleet afterwards.
+  const fleet = new HeartFleet({ store: stores[0] });
+  assert.deepEqual((await fleet.listRuns()).length, 0);
 });
 
-test('a lease cycle through PostgreSQL: acquire, verify, renew, release, receipts', { skip }, async () => {
-  const id = await seedRun();
+routeTest('a lease cycle through PostgreSQL: acquire, verify, renew, release, receipts', async (route) => {
+  const { heart } = route;
+  const id = await seedRun(route);
   const a = await heart.acquire(id, 'worker-A', 60);
   assert.equal(a.acquired, true);
   assert.match(a.fence.leaseExpiresAt, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
@@ -154,10 +109,12 @@ test('a lease cycle through PostgreSQL: acquire, verify, renew, release, receipt
   assert.equal((await heart.acquire('not-a-uuid', 'w', 60)).code, 'run-not-found');
 });
 
-test('concurrent acquires from two fleets on two pools: exactly one wins per run', { skip }, async () => {
-  const other = new HeartFleet({ store: new PgLeaseStore({ pool: pool() }) });
+routeTest('concurrent acquires from two fleets on two pools: exactly one wins per run', async (route) => {
+  const { heart } = route;
+  // The second fleet on a pool of the test's own: the {pool} form, the pooler mode as an option.
+  const other = new HeartFleet({ store: new PgLeaseStore({ pool: route.pool(), prepare: !route.pooled }) });
   const ids = [];
-  for (let i = 0; i < 8; i += 1) ids.push(await seedRun());
+  for (let i = 0; i < 8; i += 1) ids.push(await seedRun(route));
   const results = await Promise.all(
     ids.flatMap((id) => [heart.acquire(id, 'A', 60), other.acquire(id, 'B', 60), heart.acquire(id, 'C', 60)]),
   );
@@ -165,25 +122,27 @@ test('concurrent acquires from two fleets on two pools: exactly one wins per run
     const trio = results.slice(i * 3, i * 3 + 3);
     assert.equal(trio.filter((r) => r.acquired).length, 1, `run ${ids[i]}`);
     const winner = trio.find((r) => r.acquired);
-    assert.equal((await row(ids[i])).lease_owner, winner.fence.owner);
+    assert.equal((await row(route, ids[i])).lease_owner, winner.fence.owner);
   }
 });
 
-test('an expired lease is taken over or swept, retries counted (fixes 1 and 3)', { skip }, async () => {
+routeTest('an expired lease is taken over or swept, retries counted (fixes 1 and 3)', async (route) => {
+  const { heart } = route;
   const past = new Date(Date.now() - 60_000).toISOString();
-  const takeover = await seedRun({ status: 'leased', lease_owner: 'dead', lease_expires_at: past });
+  const takeover = await seedRun(route, { status: 'leased', lease_owner: 'dead', lease_expires_at: past });
   const a = await heart.acquire(takeover, 'alive', 60);
   assert.equal(a.acquired, true);
   assert.equal(a.run.retries, 1);
-  const swept = await seedRun({ status: 'running', lease_owner: 'dead', lease_expires_at: past, retries: 5 });
+  const swept = await seedRun(route, { status: 'running', lease_owner: 'dead', lease_expires_at: past, retries: 5 });
   const s = await heart.reclaimExpired({ limit: 1000 });
   assert.ok(s.quarantinedIds.includes(swept), JSON.stringify(s));
-  assert.equal((await row(swept)).status, 'quarantined');
+  assert.equal((await row(route, swept)).status, 'quarantined');
   const events = heart.receipts().filter((r) => r.runId === takeover).map((r) => r.event);
   assert.deepEqual(events, ['reclaimed', 'acquired']);
 });
 
-test('ensureResourceRun is race-safe: one row, one creator', { skip }, async () => {
+routeTest('ensureResourceRun is race-safe: one row, one creator', async (route) => {
+  const { heart } = route;
   const kind = `pg.test.${randomUUID()}`;
   const all = await Promise.all(Array.from({ length: 6 }, () => heart.ensureResourceRun(kind, 'singleton', { objective: 'tick' })));
   assert.equal(new Set(all.map((r) => r.run.id)).size, 1);
@@ -193,22 +152,24 @@ test('ensureResourceRun is race-safe: one row, one creator', { skip }, async () 
     const out = await executeWithLease(heart, { runId: id, owner: `w${i}`, ttlSeconds: 30, releaseToReady: true }, async () => i);
     assert.deepEqual([out.ran, out.released], [true, true]);
   }
-  assert.equal((await row(id)).status, 'ready');
+  assert.equal((await row(route, id)).status, 'ready');
 });
 
-test('executeWithLease renews on its timer against the database clock', { skip }, async () => {
-  const id = await seedRun();
+routeTest('executeWithLease renews on its timer against the database clock', async (route) => {
+  const { heart } = route;
+  const id = await seedRun(route);
   const out = await executeWithLease(heart, { runId: id, owner: 'beater', ttlSeconds: 1, renewEveryMs: 40 }, async () => {
     await new Promise((r) => setTimeout(r, 300));
     return 'ok';
   });
   assert.deepEqual([out.ran, out.released, out.lost], [true, true, undefined]);
   assert.ok(heart.receipts().filter((r) => r.runId === id && r.event === 'renewed').length >= 2);
-  assert.equal((await row(id)).status, 'completed');
+  assert.equal((await row(route, id)).status, 'completed');
 });
 
-test('sendOnce, dedupe and the reconciler on the real tables', { skip }, async () => {
-  const id = await seedRun();
+routeTest('sendOnce, dedupe and the reconciler on the real tables', async (route) => {
+  const { heart, admin } = route;
+  const id = await seedRun(route);
   const ledger = new DurableEffectLedger({ heart });
   const { fence } = await heart.acquire(id, 'sender', 60);
   const key = effectKey('telegram', { chatId: 7, text: 'hello' });
@@ -222,7 +183,7 @@ test('sendOnce, dedupe and the reconciler on the real tables', { skip }, async (
   assert.equal(await ledger.recordOnce(id, 'internal:1'), false);
   // A crash after dispatch: a dispatched intent whose fence expired.
   await admin.query(
-    `INSERT INTO ${schema}.effect_intents (run_id, effect_key, state, channel, payload_digest, fence_owner, fence_expires_at)
+    `INSERT INTO effect_intents (run_id, effect_key, state, channel, payload_digest, fence_owner, fence_expires_at)
      VALUES ($1, 'mail:crashed', 'dispatched', 'mail', 'sha256:x', 'gone', now() - interval '1 minute')`,
     [id],
   );
@@ -232,120 +193,222 @@ test('sendOnce, dedupe and the reconciler on the real tables', { skip }, async (
   assert.ok(summary.reopened >= 1, JSON.stringify(summary));
   const log = await ledger.dispatchLog(id, key);
   assert.deepEqual(log.map((e) => e.outcome), ['claimed', 'sent', 'deduped']);
-  const intent = await admin.query(`SELECT state, external_ref FROM ${schema}.effect_intents WHERE run_id = $1 AND effect_key = $2`, [id, key]);
+  const intent = await admin.query('SELECT state, external_ref FROM effect_intents WHERE run_id = $1 AND effect_key = $2', [id, key]);
   assert.deepEqual(intent.rows[0], { state: 'committed', external_ref: { message_id: 1 } });
 });
 
-test('liveness: a silent instance is declared dead and its runs recovered', { skip }, async () => {
+routeTest('liveness: a silent instance is declared dead and its runs recovered', async (route) => {
+  const { heart, admin } = route;
   const dead = `dead-${randomUUID()}`;
-  await admin.query(`INSERT INTO ${schema}.agent_instances (instance_id, status, last_heartbeat) VALUES ($1, 'alive', now() - interval '5 minutes')`, [dead]);
+  await admin.query(`INSERT INTO agent_instances (instance_id, status, last_heartbeat) VALUES ($1, 'alive', now() - interval '5 minutes')`, [dead]);
   const future = new Date(Date.now() + 600_000).toISOString();
-  const id = await seedRun({ status: 'leased', lease_owner: dead, lease_expires_at: future });
+  const id = await seedRun(route, { status: 'leased', lease_owner: dead, lease_expires_at: future });
   const live = new LivenessReclaimer({ heart });
   await live.registerInstance(`live-${randomUUID()}`, { hostname: 'h', pid: 1 });
   const s = await live.reclaimDeadInstanceRuns();
   assert.ok(s.deadInstanceIds.includes(dead));
   assert.ok(s.reclaimedIds.includes(id));
-  assert.deepEqual(await row(id), { status: 'ready', lease_owner: null, retries: 1, fencing_epoch: '0' });
+  assert.deepEqual(await row(route, id), { status: 'ready', lease_owner: null, retries: 1, fencing_epoch: '0' });
   assert.equal(await live.heartbeat(dead), false);
 });
 
-test('a database that fails gives store-unavailable and changes nothing', { skip }, async () => {
-  const id = await seedRun();
-  const broken = pool({ connectionString: url.replace(/:\d+\//, ':1/'), connectionTimeoutMillis: 500 });
-  const down = new HeartFleet({ store: new PgLeaseStore({ pool: broken }) });
-  await assert.rejects(down.acquire(id, 'w', 60), (e) => e instanceof HeartFleetError && e.code === 'store-unavailable');
-  assert.deepEqual(await row(id), { status: 'ready', lease_owner: null, retries: 0, fencing_epoch: '0' });
-  // A statement error (the schema is missing on this connection) is a store failure too.
-  const noSchema = new HeartFleet({ store: new PgLeaseStore({ pool: pool({ options: '-c search_path=no_such_schema' }) }) });
-  await assert.rejects(noSchema.acquire(id, 'w', 60), (e) => e.code === 'store-unavailable' && /agent_runs/.test(e.message));
-  assert.equal(down.metrics.acquireWins + noSchema.metrics.acquireWins, 0);
+/** A failed acquire through `store`: store-unavailable (matching `message`), and the run untouched. */
+async function assertUnavailable(route, store, message) {
+  const id = await seedRun(route);
+  const fleet = new HeartFleet({ store });
+  await assert.rejects(fleet.acquire(id, 'w', 60), (e) => e instanceof HeartFleetError && e.code === 'store-unavailable' && message.test(e.message));
+  assert.deepEqual(await row(route, id), { status: 'ready', lease_owner: null, retries: 0, fencing_epoch: '0' });
+  assert.equal(fleet.metrics.acquireWins, 0);
+}
+
+routeTest('a database that fails gives store-unavailable and changes nothing', async (route) => {
+  const unreachable = new URL(route.db.storeUrl);
+  unreachable.port = '1';
+  await assertUnavailable(route, route.newStore({ connectionString: unreachable.href, connectTimeoutMs: 500 }), /./);
+  // A statement error (the schema is missing in this database) is a store failure too.
+  await assertUnavailable(route, route.newStore({}, await route.createDatabase('bare')), /agent_runs/);
 });
 
-test('the receipts table sink and the constructor checks', { skip }, async () => {
+directOnlyTest('a session search_path without the schema gives store-unavailable', 'PgBouncer refuses the startup parameter options', async (route) => {
+  await assertUnavailable(route, new PgLeaseStore({ pool: route.pool({ options: '-c search_path=no_such_schema' }) }), /agent_runs/);
+});
+
+routeTest('the receipts table sink and the constructor checks', async (route) => {
+  const { store, admin } = route;
   const sink = store.receiptSink();
   const h = new HeartFleet({ store, onReceipt: sink });
-  const id = await seedRun();
+  const id = await seedRun(route);
   const { fence } = await h.acquire(id, 'w', 60);
   await h.release(fence, 'completed');
   await sink.flush();
-  const r = await admin.query(`SELECT event, digest FROM ${schema}.heart_receipts WHERE run_id = $1 ORDER BY at, event`, [id]);
+  const r = await admin.query('SELECT event, digest FROM heart_receipts WHERE run_id = $1 ORDER BY at, event', [id]);
   assert.deepEqual(r.rows.map((x) => x.event).sort(), ['acquired', 'released']);
   assert.throws(() => new PgLeaseStore(null), TypeError);
   assert.throws(() => new PgLeaseStore({}), TypeError);
   assert.throws(() => new PgLeaseStore({ pool: {} }), TypeError);
-  const own = new PgLeaseStore({ connectionString: url });
+  const own = new PgLeaseStore({ connectionString: route.db.storeUrl });
   await own.end();
 });
 
-test('a statement without an answer fails at queryTimeoutMs, and the pool goes on', { skip }, async () => {
-  const id = await seedRun();
-  // The store's own pool: the server abandons the statement at the same deadline.
-  const conn = new URL(url);
-  conn.searchParams.set('options', `-c search_path=${schema}`);
-  const timedStore = new PgLeaseStore({ connectionString: conn.href, queryTimeoutMs: 300 });
-  const timed = new HeartFleet({ store: timedStore });
-  // Another session holds the row: the acquire's UPDATE waits for the lock, with no answer.
-  const blocker = new pg.Client({ connectionString: url, options: `-c search_path=${schema}` });
-  await blocker.connect();
+/**
+ * Another session (direct) holds a run's row, so an acquire through `store` (queryTimeoutMs
+ * 300) waits for the lock with no answer: it fails at the deadline with store-unavailable
+ * (matching `message`), the statement does not land, and the store's next requests work.
+ */
+async function assertDeadlineCancels(route, store, message) {
+  const id = await seedRun(route);
+  const timed = new HeartFleet({ store });
+  const blocker = await route.client();
   await blocker.query('BEGIN');
   await blocker.query('SELECT 1 FROM agent_runs WHERE id = $1 FOR UPDATE', [id]);
   const started = Date.now();
-  await assert.rejects(timed.acquire(id, 'w', 60), (e) => e.code === 'store-unavailable' && /timeout/i.test(e.message));
+  await assert.rejects(timed.acquire(id, 'w', 60), (e) => e.code === 'store-unavailable' && message.test(e.message));
   assert.ok(Date.now() - started < 3000, 'the deadline held');
+  // While the lock is still held, the abandoned UPDATE stops waiting for it: cancelled on the
+  // server (a statement only left by its client would wait, then land once the lock goes).
+  const waiting = "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'";
+  let waiters = (await route.admin.query(waiting)).rows[0].n;
+  for (let i = 0; i < 50 && waiters > 0; i += 1) {
+    await new Promise((r) => setTimeout(r, 20));
+    waiters = (await route.admin.query(waiting)).rows[0].n;
+  }
+  assert.equal(waiters, 0, 'the abandoned statement still waits for the lock on the server');
   await blocker.query('ROLLBACK');
-  await blocker.end();
   // A later request gets a working connection.
   let later;
   for (let i = 0; i < 20 && !later?.acquired; i += 1) {
     later = await timed.acquire(id, 'w', 60).catch(() => null);
     if (!later?.acquired) await new Promise((r) => setTimeout(r, 100));
   }
-  assert.equal(later.acquired, true);
+  assert.equal(later?.acquired, true, `no acquire once the lock went (${later?.reason}); the run: ${JSON.stringify(await row(route, id))}`);
   assert.equal(later.fence.epoch, 1, 'the abandoned acquire was cancelled by the server, not applied');
-  await timedStore.end();
-});
-
-test('PgLeaseStore options: unknown names and bad values are TypeErrors', { skip }, async () => {
-  assert.throws(() => new PgLeaseStore({ pool: pool(), queryTimeout: 5 }), (e) => e instanceof TypeError && e.code === 'invalid-input' && /queryTimeout/.test(e.message));
-  assert.throws(() => new PgLeaseStore({ pool: pool(), queryTimeoutMs: 0 }), TypeError);
-  assert.throws(() => new PgLeaseStore({ pool: pool(), prepare: 'no' }), TypeError);
-  assert.equal(new PgLeaseStore({ connectionString: `${url}?pgbouncer=true` })._prepare, false);
-  assert.equal(new PgLeaseStore({ connectionString: url })._prepare, true);
-});
-
-// Through PgBouncer in transaction mode (2 server connections): named prepared statements
-// would not follow a client, so `pgbouncer=true` sends every statement unnamed.
-const pooled = process.env.HEART_PGBOUNCER_URL;
-const skipPooled = !url ? 'SKIPPED: DATABASE_URL is not set' : pooled ? false : 'SKIPPED: HEART_PGBOUNCER_URL is not set';
-if (url && !pooled && process.env.CI) {
-  test('PgBouncer is required under CI', () => assert.fail('HEART_PGBOUNCER_URL is not set (scripts/test-all.sh starts PgBouncer)'));
 }
 
-test('through a transaction pooler: migrate, and four fleets cycling at once', { skip: skipPooled }, async () => {
-  const conn = `${pooled}${pooled.includes('?') ? '&' : '?'}pgbouncer=true`;
-  const stores = [1, 2, 3, 4].map(() => new PgLeaseStore({ connectionString: conn, max: 2 }));
-  try {
-    await stores[0].migrate();
-    assert.ok((await stores[1].migrate()).every((m) => !m.applied));
-    const tag = `${process.pid}-${Date.now()}`;
-    const setup = new HeartFleet({ store: stores[0] });
-    const runs = [];
-    for (let i = 0; i < 4; i += 1) runs.push((await setup.ensureResourceRun('pooler-test', `${tag}-${i}`)).run.id);
-    const cycles = await Promise.all(
-      stores.map(async (store, i) => {
-        const fleet = new HeartFleet({ store });
-        for (let n = 0; n < 25; n += 1) {
-          const a = await fleet.acquire(runs[i], `w${i}`, 60);
-          assert.equal(a.acquired, true, `fleet ${i} cycle ${n}: ${a.reason}`);
-          assert.equal(await fleet.verifyFence(a.fence), true);
-          assert.notEqual(await fleet.release(a.fence, 'ready'), null);
-        }
-        return 25;
-      }),
-    );
-    assert.equal(cycles.reduce((a, b) => a + b, 0), 100);
-  } finally {
-    await Promise.all(stores.map((s) => s.end()));
-  }
+routeTest('a statement without an answer fails at queryTimeoutMs, and the pool goes on', async (route) => {
+  // The store's own pool. Directly, the server also abandons the statement at the same
+  // deadline; through the pooler the store cannot set that at startup: its cancel request must.
+  await assertDeadlineCancels(route, route.newStore({ queryTimeoutMs: 300 }), /timeout/i);
+});
+
+routeTest('a pg.Pool of yours: a statement past queryTimeoutMs is cancelled on the server, its connection dropped', async (route) => {
+  // No server-side statement_timeout on this pool, on either route: only the cancel request holds.
+  const pool = route.pool({ max: 2 });
+  let removed = 0;
+  pool.on('remove', () => {
+    removed += 1;
+  });
+  await assertDeadlineCancels(route, new PgLeaseStore({ pool, prepare: !route.pooled, queryTimeoutMs: 300 }), /no answer within 300 ms \(queryTimeoutMs\)/);
+  assert.equal(removed, 1, 'the connection that missed the deadline was not returned to the pool');
+});
+
+/**
+ * A TCP proxy to the route's server that can freeze like a server that stopped: frozen, it
+ * forwards nothing either way and answers no new connection. Counts the connections it took
+ * while frozen and how many of them their client has closed since.
+ */
+async function freezableProxy(route) {
+  const net = await import('node:net');
+  const target = new URL(route.server);
+  const sockets = new Set();
+  const proxy = { frozen: false, frozenAccepted: 0, frozenClosed: 0 };
+  const server = net.createServer((client) => {
+    sockets.add(client);
+    client.on('error', () => {});
+    if (proxy.frozen) {
+      proxy.frozenAccepted += 1;
+      // Read and dropped, so that the client's close is heard.
+      client.resume();
+      client.on('close', () => {
+        proxy.frozenClosed += 1;
+      });
+      return;
+    }
+    const upstream = net.connect(Number(target.port), target.hostname);
+    sockets.add(upstream);
+    upstream.on('error', () => {});
+    client.on('data', (d) => proxy.frozen || upstream.write(d));
+    upstream.on('data', (d) => proxy.frozen || client.write(d));
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  proxy.port = server.address().port;
+  route.closers.push(async () => {
+    for (const s of sockets) s.destroy();
+    await new Promise((resolve) => server.close(resolve));
+  });
+  return proxy;
+}
+
+routeTest('a server that stops answering: the cancel request is bounded, the request fails, the pool goes on', async (route) => {
+  const proxy = await freezableProxy(route);
+  const url = new URL(route.db.storeUrl);
+  url.host = `127.0.0.1:${proxy.port}`;
+  const fleet = new HeartFleet({ store: route.newStore({ connectionString: url.href, queryTimeoutMs: 300, max: 1 }) });
+  const id = await seedRun(route);
+  assert.equal((await fleet.acquire(randomUUID(), 'w', 60)).code, 'run-not-found', 'a connection through the proxy');
+  proxy.frozen = true;
+  const started = Date.now();
+  await assert.rejects(fleet.acquire(id, 'w', 60), (e) => e.code === 'store-unavailable' && /no answer within 300 ms \(queryTimeoutMs\)/.test(e.message));
+  const took = Date.now() - started;
+  // The cancel request went out (a connection of its own), and the store gave it up after a
+  // second, before failing the request (the proxy hears the close a moment later).
+  for (let i = 0; i < 25 && proxy.frozenClosed === 0; i += 1) await new Promise((r) => setTimeout(r, 20));
+  assert.deepEqual([proxy.frozenAccepted, proxy.frozenClosed], [1, 1], 'one cancel request, given up');
+  assert.ok(took >= 1250 && took < 2500, `failed after ${took} ms (300 ms deadline, 1000 ms for the cancel request)`);
+  proxy.frozen = false;
+  const later = await fleet.acquire(id, 'w', 60);
+  assert.equal(later.acquired, true, later.reason);
+  assert.equal(later.fence.epoch, 1);
+});
+
+routeTest('a lost connection fails no one: the pool replaces it, the next request works', async (route) => {
+  // The store's connections carry a name of their own, so that only they are terminated.
+  const conn = new URL(route.db.storeUrl);
+  conn.searchParams.set('application_name', 'heart-lost-connection');
+  const fleet = new HeartFleet({ store: route.newStore({ connectionString: conn.href, max: 1 }) });
+  const id = await seedRun(route);
+  const { fence } = await fleet.acquire(id, 'w', 60);
+  // Directly its idle connection, through the pooler the server connection behind it.
+  const backends = "FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'heart-lost-connection'";
+  const killed = await route.admin.query(`SELECT count(pg_terminate_backend(pid))::int AS n ${backends}`);
+  assert.equal(killed.rows[0].n, 1);
+  for (let i = 0; i < 50 && (await route.admin.query(`SELECT 1 ${backends}`)).rowCount > 0; i += 1) await new Promise((r) => setTimeout(r, 20));
+  // The idle connection's error has arrived: an unhandled pool error would have ended the process.
+  await new Promise((r) => setTimeout(r, 50));
+  assert.notEqual(await fleet.release(fence, 'completed'), null);
+  assert.equal((await row(route, id)).status, 'completed');
+});
+
+routeTest('PgLeaseStore options: unknown names and bad values are TypeErrors; the route store is in its mode', async (route) => {
+  const pool = route.pool();
+  assert.throws(() => new PgLeaseStore({ pool, queryTimeout: 5 }), (e) => e instanceof TypeError && e.code === 'invalid-input' && /queryTimeout/.test(e.message));
+  assert.throws(() => new PgLeaseStore({ pool, queryTimeoutMs: 0 }), TypeError);
+  assert.throws(() => new PgLeaseStore({ pool, prepare: 'no' }), TypeError);
+  assert.equal(new PgLeaseStore({ connectionString: `${route.db.url}?pgbouncer=true` })._prepare, false);
+  assert.equal(new PgLeaseStore({ connectionString: route.db.url })._prepare, true);
+  // Named prepared statements directly, unnamed ones through the pooler.
+  assert.equal(route.store._prepare, !route.pooled);
+});
+
+// Through PgBouncer in transaction mode (2 server connections), named prepared statements
+// would not follow a client: four fleets at once make them meet other clients' connections.
+routeTest('four fleets of two connections each cycling at once: acquire, verify, release', async (route) => {
+  const stores = [1, 2, 3, 4].map(() => route.newStore({ max: 2 }));
+  const tag = `${process.pid}-${Date.now()}`;
+  const runs = [];
+  for (let i = 0; i < 4; i += 1) runs.push((await route.heart.ensureResourceRun('cycle-test', `${tag}-${i}`)).run.id);
+  const cycles = await Promise.all(
+    stores.map(async (store, i) => {
+      const fleet = new HeartFleet({ store });
+      for (let n = 0; n < 25; n += 1) {
+        const a = await fleet.acquire(runs[i], `w${i}`, 60);
+        assert.equal(a.acquired, true, `fleet ${i} cycle ${n}: ${a.reason}`);
+        assert.equal(await fleet.verifyFence(a.fence), true);
+        assert.notEqual(await fleet.release(a.fence, 'ready'), null);
+      }
+      return 25;
+    }),
+  );
+  assert.equal(cycles.reduce((a, b) => a + b, 0), 100);
 });
