@@ -61,7 +61,13 @@ if [ -z "${DATABASE_URL:-}" ]; then
   source scripts/postgres.sh
   ensure_postgres
 fi
-export DATABASE_URL
+if [ -z "${HEART_PGBOUNCER_URL:-}" ]; then
+  # The PostgreSQL tests run through a transaction pooler too.
+  # shellcheck source=scripts/postgres.sh
+  source scripts/postgres.sh
+  ensure_pgbouncer
+fi
+export DATABASE_URL HEART_PGBOUNCER_URL
 echo "DATABASE_URL=$DATABASE_URL"
 
 step "the heart-fleet CLI (for the shared SQLite file test)"

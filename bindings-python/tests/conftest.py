@@ -1,8 +1,10 @@
-"""Shared fixtures: a memory fleet, and a private PostgreSQL database per test session.
+"""Shared fixtures: a memory fleet, and a private PostgreSQL database per test session and route.
 
-PostgreSQL tests use ``DATABASE_URL``. When it is unset or unusable they are skipped on a
-developer's machine, but they FAIL when ``CI`` is set (CI starts the server first), so a
-green CI run never hides a skipped PostgreSQL test.
+Every PostgreSQL test runs twice: ``[direct]`` against ``DATABASE_URL``'s server and
+``[pooler]`` through PgBouncer in transaction mode (``HEART_PGBOUNCER_URL``), the way
+Supabase's pooled connection string reaches a server. When a variable is unset or the
+server unusable the tests are skipped on a developer's machine, but they FAIL when ``CI``
+is set (CI starts both first), so a green CI run never hides a skipped PostgreSQL test.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import os
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import pytest
 
@@ -37,17 +41,44 @@ def heart(memory: hf.MemoryLeaseStore) -> hf.HeartFleet:
     return hf.HeartFleet(memory)
 
 
-def _with_db(url: str, db: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
+#: How the PostgreSQL tests reach their database: ``direct`` (``DATABASE_URL``'s server) and
+#: ``pooler`` (through PgBouncer in transaction mode, ``HEART_PGBOUNCER_URL``).
+PG_ROUTES = ("direct", "pooler")
 
+
+@dataclass(frozen=True)
+class PgDatabase:
+    """A migrated database of the session and the route the stores under test take to it."""
+
+    route: str
+    #: The conninfo for ``PsycopgLeaseStore.connect`` / ``AsyncPsycopgLeaseStore.connect``
+    #: (with ``pgbouncer=true`` on the pooler route).
+    url: str
+
+
+def _with_db(url: str, db: str, *, pooler: bool = False) -> str:
     parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, "/" + db, parts.query, parts.fragment))
+    query = "&".join(q for q in (parts.query, "pgbouncer=true" if pooler else "") if q)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + db, query, parts.fragment))
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A fresh database (``heart_py_<random>``) migrated for the session, dropped afterwards."""
-    url = os.environ.get("DATABASE_URL", "")
+def _service_url(name: str, what: str) -> str:
+    """The URL in the environment variable ``name``; missing, the test fails under ``CI`` and
+    is skipped elsewhere."""
+    url = os.environ.get(name, "")
+    if not url:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but {name} is not: {what} cannot run")
+        pytest.skip(f"{name} is not set")
+    return url
+
+
+@pytest.fixture(scope="session", params=PG_ROUTES)
+def pg_database(request: pytest.FixtureRequest) -> Iterator[PgDatabase]:
+    """A fresh database (``heart_py_<random>``) per route, created over a direct admin
+    connection, migrated through the route, dropped afterwards. Through the pooler a
+    database of its own is the only isolation (session state does not follow a client)."""
+    route: str = request.param
     ci = bool(os.environ.get("CI"))
     try:
         import psycopg
@@ -55,33 +86,60 @@ def pg_url() -> Iterator[str]:
         if ci:
             pytest.fail(f"CI is set but psycopg is not installed: {e}")
         pytest.skip("psycopg is not installed")
-    if not url:
-        if ci:
-            pytest.fail("CI is set but DATABASE_URL is not: the PostgreSQL tests cannot run")
-        pytest.skip("DATABASE_URL is not set")
+    admin_url = _service_url("DATABASE_URL", "the PostgreSQL tests")
+    # Before the database exists, so that a missing pooler fails (or skips) only its route.
+    pooler_url = _service_url("HEART_PGBOUNCER_URL", "the PostgreSQL tests through the pooler") if route == "pooler" else ""
     name = "heart_py_" + uuid.uuid4().hex[:12]
     try:
-        with psycopg.connect(url, autocommit=True, connect_timeout=10) as admin:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=10) as admin:
             admin.execute(f'CREATE DATABASE "{name}"')
     except psycopg.Error as e:
         if ci:
             pytest.fail(f"CI is set but DATABASE_URL is unusable: {e}")
         pytest.skip(f"DATABASE_URL is unusable: {e}")
-    db_url = _with_db(url, name)
+    db = PgDatabase(route, _with_db(pooler_url, name, pooler=True) if route == "pooler" else _with_db(admin_url, name))
     try:
-        with hf.PsycopgLeaseStore.connect(db_url) as store:
+        with hf.PsycopgLeaseStore.connect(db.url) as store:
             store.migrate()
-        yield db_url
+        yield db
     finally:
-        with psycopg.connect(url, autocommit=True) as admin:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def seed_pg_run(url: str, run_id: str, key: str | None = None) -> None:
-    """Inserts a ``ready`` run through plain SQL (what an app would do)."""
+@pytest.fixture
+def pg_url(pg_database: PgDatabase) -> str:
+    """The conninfo of the session's database on each route (test ids ``[direct]``, ``[pooler]``)."""
+    return pg_database.url
+
+
+#: For a test of a feature a transaction pooler does not have: runs on the ``direct`` route
+#: only. Say at the test which feature, and why.
+direct_route_only = pytest.mark.parametrize("pg_database", ["direct"], indirect=True)
+
+
+def plain_conninfo(url: str) -> tuple[str, dict[str, Any]]:
+    """``url`` for a plain psycopg connection (an application's own, not a store's) on the
+    same route, and the keyword arguments it needs there: through the pooler, no prepared
+    statements (``prepare_threshold=None``), which a transaction pooler does not keep."""
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query)
+    kept = [(k, v) for k, v in pairs if k != "pgbouncer"]  # the stores' parameter, not libpq's
+    conninfo = urlunsplit(parts._replace(query=urlencode(kept, quote_via=quote)))
+    return conninfo, ({"prepare_threshold": None} if len(kept) < len(pairs) else {})
+
+
+def plain_connect(url: str, **kwargs: Any) -> Any:
+    """A blocking plain psycopg connection (see :func:`plain_conninfo`)."""
     import psycopg
 
-    with psycopg.connect(url, autocommit=True) as conn:
+    conninfo, needed = plain_conninfo(url)
+    return psycopg.connect(conninfo, **needed, **kwargs)
+
+
+def seed_pg_run(url: str, run_id: str, key: str | None = None) -> None:
+    """Inserts a ``ready`` run through plain SQL (what an app would do), on the test's route."""
+    with plain_connect(url, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO agent_runs (id, assignment_id, objective, status, idempotency_key, created_by) "
             "VALUES (%s, %s, 'test', 'ready', %s, 'pytest')",

@@ -1,20 +1,26 @@
 """PsycopgLeaseStore and AsyncPsycopgLeaseStore against a real PostgreSQL server, in a
-private database per test session (``conftest.pg_url``). These tests FAIL, not skip, when
-``CI`` is set and ``DATABASE_URL`` is unusable."""
+private database per test session and route (``conftest.pg_database``): every test runs
+``[direct]`` and ``[pooler]`` (through PgBouncer in transaction mode, ``pgbouncer=true``),
+except the ones marked ``direct_route_only``, which say why. These tests FAIL, not skip,
+when ``CI`` is set and ``DATABASE_URL`` or ``HEART_PGBOUNCER_URL`` is unusable."""
 
 from __future__ import annotations
 
 import asyncio
-import os
+import functools
+import select
+import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 import heart_fleet as hf
-from conftest import LoopTicker, pg_run_id, seed_pg_run
+from conftest import LoopTicker, PgDatabase, direct_route_only, pg_run_id, plain_conninfo, plain_connect, seed_pg_run
 
 
 def test_migrate_is_idempotent_under_the_advisory_lock(pg_url: str) -> None:
@@ -76,6 +82,13 @@ def test_send_once_and_execute_with_lease_on_postgres(pg_url: str) -> None:
 
         def work(lease: hf.Lease) -> str:
             time.sleep(0.15)  # the heartbeat thread renews meanwhile
+            # A renew replaces the token: one landing between reading lease.fence and the
+            # send's fenced writes rejects them (safely). The test holds the beats off (the
+            # lock each beat takes) so that what it checks is the send, not that race.
+            with lease._lock:
+                return sends(lease)
+
+        def sends(lease: hf.Lease) -> str:
             out = hf.send_once(
                 heart,
                 ledger,
@@ -133,10 +146,8 @@ def test_the_receipt_sinks_append_to_heart_receipts(pg_url: str) -> None:
 
 
 def test_a_failed_statement_is_store_unavailable(pg_url: str) -> None:
-    import psycopg
-
     # A connection of the caller's (a store never replaces one it did not open), closed.
-    conn = psycopg.connect(pg_url, autocommit=True)
+    conn = plain_connect(pg_url, autocommit=True)
     store = hf.PsycopgLeaseStore(conn)
     heart = hf.HeartFleet(store)
     conn.close()
@@ -176,48 +187,113 @@ def test_the_async_store(pg_url: str) -> None:
     asyncio.run(go())
 
 
+def test_the_sinks_of_two_stores_keep_every_receipt(pg_url: str) -> None:
+    # Two stores' inserts interleave past psycopg's prepare threshold (5): through a
+    # transaction pooler a statement prepared on one server connection is missing (or already
+    # there) on the other, so a sink whose statements get prepared loses receipts.
+    errors: list[str] = []
+    with hf.PsycopgLeaseStore.connect(pg_url) as first, hf.PsycopgLeaseStore.connect(pg_url) as second:
+        fleets = [hf.HeartFleet(s, on_receipt=s.receipt_sink(lambda e, r: errors.append(repr(e)))) for s in (first, second)]
+        runs = [fleets[0].ensure_resource_run("sinks-py", pg_run_id()).run.id for _ in fleets]
+        for _ in range(8):
+            for fleet, rid in zip(fleets, runs):
+                a = fleet.acquire(rid, "w", 60)
+                assert a.fence is not None and fleet.release(a.fence, "ready") is not None
+        count = first.conn.execute("SELECT count(*) FROM heart_receipts WHERE run_id::text = ANY(%s)", (runs,)).fetchone()
+        assert (errors, count) == ([], (32,))
+
+    async def go() -> tuple[list[str], Any]:
+        stores = [await hf.AsyncPsycopgLeaseStore.connect(pg_url) for _ in range(2)]
+        try:
+            fleets = [hf.HeartFleet(s, on_receipt=s.receipt_sink(lambda e, r: errors.append(repr(e)))) for s in stores]
+            runs = [(await fleets[0].ensure_resource_run_async("sinks-py", pg_run_id())).run.id for _ in fleets]
+            for _ in range(8):
+                for fleet, rid in zip(fleets, runs):
+                    a = await fleet.acquire_async(rid, "w", 60)
+                    assert a.fence is not None and await fleet.release_async(a.fence, "ready") is not None
+            for _ in range(100):  # the sinks run in the background
+                cur = await stores[0].conn.execute("SELECT count(*) FROM heart_receipts WHERE run_id::text = ANY(%s)", (runs,))
+                count = await cur.fetchone()
+                if count == (32,) or errors:
+                    break
+                await asyncio.sleep(0.02)
+            return errors, count
+        finally:
+            for s in stores:
+                await s.close()
+
+    assert asyncio.run(go()) == ([], (32,))
+
+
 def _locked(url: str, run_id: str) -> Any:
     """Another session holding the run's row lock (a statement on it waits, with no answer)."""
-    import psycopg
-
-    blocker = psycopg.connect(url)
+    blocker = plain_connect(url)
     blocker.execute("SELECT 1 FROM agent_runs WHERE id = %s FOR UPDATE", (run_id,))
     return blocker
 
 
-def test_a_statement_without_an_answer_fails_at_its_deadline_and_is_not_applied(pg_url: str) -> None:
+def run_bounded(calls: dict[str, Callable[[], object]], limit: float) -> dict[str, tuple[float, object]]:
+    """Runs the calls at once, each on a thread of its own: for each, the seconds it took and
+    what it returned or raised. A call still running after ``limit`` seconds (without a
+    deadline it would wait forever) fails the test instead of hanging it."""
+    out: dict[str, tuple[float, object]] = {}
+    started = time.monotonic()
+
+    def one(name: str, call: Callable[[], object]) -> None:
+        try:
+            outcome: object = call()
+        except BaseException as e:  # noqa: BLE001 - reported to the test
+            outcome = e
+        out[name] = (time.monotonic() - started, outcome)
+
+    threads = [threading.Thread(target=one, args=item, daemon=True) for item in calls.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, started + limit - time.monotonic()))
+    hung = sorted(set(calls) - set(out))
+    assert not hung, f"still waiting after {limit} s: {hung}"
+    return out
+
+
+def test_a_statement_without_an_answer_fails_at_its_deadline_and_is_not_applied(pg_database: PgDatabase) -> None:
+    pg_url = pg_database.url
     rid = pg_run_id()
     seed_pg_run(pg_url, rid)
-    for make in ("sync", "async"):
-        blocker = _locked(pg_url, rid)
-        started = time.monotonic()
-        if make == "sync":
-            with hf.PsycopgLeaseStore.connect(pg_url, statement_timeout_ms=300) as store:
-                with pytest.raises(hf.StoreUnavailableError):
-                    hf.HeartFleet(store).acquire(rid, "w", 60)
-        else:
-
-            async def go() -> None:
-                store = await hf.AsyncPsycopgLeaseStore.connect(pg_url, statement_timeout_ms=300)
-                try:
-                    with pytest.raises(hf.StoreUnavailableError):
-                        await hf.HeartFleet(store).acquire_async(rid, "w", 60)
-                finally:
-                    await store.close()
-
-            asyncio.run(go())
-        assert time.monotonic() - started < 3, make
-        blocker.rollback()
-        blocker.close()
-    # The server abandoned both statements at the same deadline: the run is still free.
+    loop = asyncio.new_event_loop()
+    sync_store = hf.PsycopgLeaseStore.connect(pg_url, statement_timeout_ms=300)
+    async_store = loop.run_until_complete(hf.AsyncPsycopgLeaseStore.connect(pg_url, statement_timeout_ms=300))
+    try:
+        for name, call in {
+            "blocking": lambda: hf.HeartFleet(sync_store).acquire(rid, "w", 60),
+            "asyncio": lambda: loop.run_until_complete(hf.HeartFleet(async_store).acquire_async(rid, "w", 60)),
+        }.items():
+            blocker = _locked(pg_url, rid)
+            try:
+                [(elapsed, outcome)] = run_bounded({name: call}, limit=10).values()
+            finally:
+                blocker.rollback()
+                blocker.close()
+            assert isinstance(outcome, hf.StoreUnavailableError) and elapsed < 3, (name, elapsed, outcome)
+            # Directly, the server's statement_timeout (a little shorter) abandons the
+            # statement. Through the pooler, which refuses that startup parameter, the
+            # client's cancel at its deadline does, and the error says so.
+            expected = "statement timeout" if pg_database.route == "direct" else "no answer within 300 ms (statement_timeout_ms); the server cancelled it"
+            assert expected in str(outcome), (name, str(outcome))
+    finally:
+        sync_store.close()
+        loop.run_until_complete(async_store.close())
+        loop.close()
+    # The server abandoned both statements: the run is still free.
     with hf.PsycopgLeaseStore.connect(pg_url) as store:
         a = hf.HeartFleet(store).acquire(rid, "w", 60)
         assert a.acquired and a.fence is not None and a.fence.epoch == 1
 
 
+@direct_route_only  # pg_terminate_backend ends a server connection: behind a transaction
+# pooler that is not the client's (the pooler opens another, unseen by the client); the
+# client's own connection is cut in the next test, on both routes.
 def test_a_lost_connection_fails_one_request_and_the_next_one_reconnects(pg_url: str) -> None:
-    import psycopg
-
     rid = pg_run_id()
     seed_pg_run(pg_url, rid)
     app = f"heart-py-{uuid.uuid4().hex[:8]}"
@@ -225,7 +301,7 @@ def test_a_lost_connection_fails_one_request_and_the_next_one_reconnects(pg_url:
         heart = hf.HeartFleet(store)
         a = heart.acquire(rid, "w", 60)
         assert a.fence is not None
-        with psycopg.connect(pg_url, autocommit=True) as admin:
+        with plain_connect(pg_url, autocommit=True) as admin:
             n = admin.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchone()
             assert n is not None and n[0] == 1
         with pytest.raises(hf.StoreUnavailableError):
@@ -234,20 +310,231 @@ def test_a_lost_connection_fails_one_request_and_the_next_one_reconnects(pg_url:
         assert heart.release(a.fence, "completed") is not None
 
 
-def test_through_a_transaction_pooler_with_pgbouncer_true() -> None:
-    url = os.environ.get("HEART_PGBOUNCER_URL", "")
-    if not url:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set but HEART_PGBOUNCER_URL is not (scripts/test-all.sh starts PgBouncer)")
-        pytest.skip("HEART_PGBOUNCER_URL is not set")
-    pooled = url + ("&" if "?" in url else "?") + "pgbouncer=true"
+class Proxy:
+    """A TCP forwarder between the stores and the test's server (PostgreSQL, or the pooler),
+    which can cut its connections, or freeze: stop forwarding and accepting while closing
+    nothing, the way a server stopped with SIGSTOP looks to a client (the kernel still
+    completes new connections into the listen backlog; nothing ever answers)."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self._upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.setblocking(False)
+        userinfo = parts.netloc.rpartition("@")[0]
+        port = self._listener.getsockname()[1]
+        #: ``url`` through the proxy.
+        self.url = parts._replace(netloc=f"{userinfo}@127.0.0.1:{port}" if userinfo else f"127.0.0.1:{port}").geturl()
+        self._peers: dict[socket.socket, socket.socket] = {}
+        self._lock = threading.Lock()
+        self._frozen = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                watched = None if self._frozen else [self._listener, *self._peers]
+            if watched is None:
+                time.sleep(0.01)
+                continue
+            try:
+                ready, _, _ = select.select(watched, [], [], 0.01)
+            except (OSError, ValueError):  # a socket closed meanwhile (cut)
+                continue
+            with self._lock:
+                for s in ready:
+                    if self._frozen or self._closed:
+                        break
+                    if s is self._listener:
+                        self._accept()
+                    elif s in self._peers:
+                        self._pass_on(s)
+
+    def _accept(self) -> None:
+        try:
+            client, _ = self._listener.accept()
+        except BlockingIOError:
+            return
+        server = socket.create_connection(self._upstream, timeout=5)
+        server.settimeout(None)
+        self._peers[client], self._peers[server] = server, client
+
+    def _pass_on(self, s: socket.socket) -> None:
+        try:
+            data = s.recv(65536)
+            if data:
+                self._peers[s].sendall(data)
+                return
+        except OSError:
+            pass
+        self._close(s)
+
+    def _close(self, s: socket.socket) -> None:
+        other = self._peers.pop(s)
+        self._peers.pop(other, None)
+        for x in (s, other):
+            x.close()
+
+    def _cut_all(self) -> None:
+        while self._peers:
+            self._close(next(iter(self._peers)))
+
+    def cut(self) -> None:
+        """Closes every connection through the proxy (the server is reached again after)."""
+        with self._lock:
+            self._cut_all()
+
+    def freeze(self) -> None:
+        """From now on nothing is forwarded or accepted; nothing is closed."""
+        with self._lock:
+            self._frozen = True
+
+    def thaw(self) -> None:
+        """Forwards again, for new connections: those of the freeze are dropped with what
+        they sent meanwhile (it never reached the server), and so are the ones that waited in
+        the backlog (a late cancel request, say)."""
+        with self._lock:
+            self._cut_all()
+            while True:
+                try:
+                    self._listener.accept()[0].close()
+                except BlockingIOError:
+                    break
+            self._frozen = False
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._cut_all()
+            self._listener.close()
+        self._thread.join()
+
+
+@pytest.fixture
+def proxy(pg_url: str) -> Iterator[Proxy]:
+    p = Proxy(pg_url)
+    try:
+        yield p
+    finally:
+        p.close()  # also ends a call that never got its answer (it sees its connection close)
+
+
+def test_a_cut_connection_fails_one_request_and_the_next_one_reconnects(pg_url: str, proxy: Proxy) -> None:
+    rid, rid2 = pg_run_id(), pg_run_id()
+    seed_pg_run(pg_url, rid)
+    seed_pg_run(pg_url, rid2)
+    with hf.PsycopgLeaseStore.connect(proxy.url) as store:
+        heart = hf.HeartFleet(store)
+        a = heart.acquire(rid, "w", 60)
+        assert a.fence is not None
+        proxy.cut()
+        with pytest.raises(hf.StoreUnavailableError):
+            heart.verify_fence(a.fence)
+        assert heart.verify_fence(a.fence) is True
+        assert heart.release(a.fence, "completed") is not None
+
+    async def go() -> None:
+        store = await hf.AsyncPsycopgLeaseStore.connect(proxy.url)
+        try:
+            heart = hf.HeartFleet(store)
+            a = await heart.acquire_async(rid2, "w", 60)
+            assert a.fence is not None
+            proxy.cut()
+            with pytest.raises(hf.StoreUnavailableError):
+                await heart.verify_fence_async(a.fence)
+            assert await heart.verify_fence_async(a.fence) is True
+            assert await heart.release_async(a.fence, "completed") is not None
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
+def test_a_frozen_server_fails_each_call_at_its_deadline_and_the_next_call_connects_again(pg_url: str, proxy: Proxy) -> None:
+    names = ("connect()", "your connection", "asyncio")
+    runs = {name: pg_run_id() for name in names}
+    for rid in runs.values():
+        seed_pg_run(pg_url, rid)
+    loop = asyncio.new_event_loop()
+    yours = plain_connect(proxy.url, autocommit=True)
+    astore = loop.run_until_complete(hf.AsyncPsycopgLeaseStore.connect(proxy.url, statement_timeout_ms=500))
+    stores: dict[str, Any] = {
+        "connect()": hf.PsycopgLeaseStore.connect(proxy.url, statement_timeout_ms=500),
+        "your connection": hf.PsycopgLeaseStore(yours, statement_timeout_ms=500),
+        "asyncio": astore,
+    }
+    fleets = {name: hf.HeartFleet(store) for name, store in stores.items()}
+
+    def acquire(name: str) -> hf.AcquireResult:
+        if name == "asyncio":
+            return loop.run_until_complete(fleets[name].acquire_async(runs[name], "w", 60))
+        return fleets[name].acquire(runs[name], "w", 60)
+
+    try:
+        for name in names:  # each store answers through the proxy
+            got = fleets[name].get_run(runs[name]) if name != "asyncio" else loop.run_until_complete(fleets[name].get_run_async(runs[name]))
+            assert got is not None and got.status == "ready", name
+        proxy.freeze()
+        results = run_bounded({name: functools.partial(acquire, name) for name in names}, limit=10)
+        for name, (elapsed, outcome) in results.items():
+            assert isinstance(outcome, hf.StoreUnavailableError), (name, outcome)
+            assert "no answer within 500 ms (statement_timeout_ms); its connection was shut down" in str(outcome), (name, str(outcome))
+            assert elapsed < 5, (name, elapsed)
+        proxy.thaw()
+        # A store that opened its connection opens another: the next call succeeds, and takes
+        # the run at epoch 1 (the frozen statement never reached the server).
+        for name in ("connect()", "asyncio"):
+            a = acquire(name)
+            assert a.acquired and a.fence is not None and a.fence.epoch == 1, (name, a.reason)
+        # Your connection stays yours: its socket was shut down (the server gave no answer to
+        # the cancel either), so it is broken, and the store fails at once without replacing it.
+        assert yours.broken
+        [(elapsed, outcome)] = run_bounded({"again": lambda: acquire("your connection")}, limit=5).values()
+        assert isinstance(outcome, hf.StoreUnavailableError) and elapsed < 1, (elapsed, outcome)
+    finally:
+        for name in ("connect()", "your connection"):
+            stores[name].close()
+        yours.close()
+        if not loop.is_running():  # still running: a call that never got its answer (a failure above)
+            loop.run_until_complete(astore.close())
+            loop.close()
+
+
+def test_the_constructors_check_statement_timeout_ms(pg_url: str) -> None:
+    import psycopg
+
+    bad: list[object] = [0, -1, 86_400_001, True, 1.5, "500", None]
+    with plain_connect(pg_url, autocommit=True) as conn:
+        for value in bad:
+            with pytest.raises(hf.InvalidInputError, match=r"^statement_timeout_ms must be an int in 1\.\.86400000"):
+                hf.PsycopgLeaseStore(conn, statement_timeout_ms=value)  # type: ignore[arg-type]
+
+    async def go() -> None:
+        conninfo, needed = plain_conninfo(pg_url)
+        aconn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **needed)
+        try:
+            for value in bad:
+                with pytest.raises(hf.InvalidInputError, match=r"^statement_timeout_ms must be an int"):
+                    hf.AsyncPsycopgLeaseStore(aconn, statement_timeout_ms=value)  # type: ignore[arg-type]
+        finally:
+            await aconn.close()
+
+    asyncio.run(go())
+
+
+def test_two_stores_interleave_their_statements_on_shared_server_connections(pg_url: str) -> None:
+    # Through the pooler two clients' statements take turns on its two server connections
+    # (no prepared statement, no session state may be relied on); directly, each has its own.
     tag = uuid.uuid4().hex[:8]
-    with hf.PsycopgLeaseStore.connect(pooled) as first, hf.PsycopgLeaseStore.connect(pooled) as second:
+    with hf.PsycopgLeaseStore.connect(pg_url) as first, hf.PsycopgLeaseStore.connect(pg_url) as second:
         first.migrate()
         assert all(applied is False for _, applied in second.migrate())
         fleets = [hf.HeartFleet(first), hf.HeartFleet(second)]
         runs = [fleets[0].ensure_resource_run("pooler-py", f"{tag}-{i}").run.id for i in range(2)]
-        # The two stores' statements interleave over the pooler's server connections.
         for n in range(30):
             for fleet, rid in zip(fleets, runs):
                 a = fleet.acquire(rid, "w", 60)
@@ -256,7 +543,7 @@ def test_through_a_transaction_pooler_with_pgbouncer_true() -> None:
                 assert fleet.release(a.fence, "ready") is not None
 
     async def go() -> None:
-        store = await hf.AsyncPsycopgLeaseStore.connect(pooled)
+        store = await hf.AsyncPsycopgLeaseStore.connect(pg_url)
         try:
             heart = hf.HeartFleet(store)
             rid = (await heart.ensure_resource_run_async("pooler-py", f"{tag}-async")).run.id

@@ -50,8 +50,20 @@ impl SqliteStore {
         }
         let conn = Connection::open_with_flags(path, flags).map_err(|e| sq("sqlite open", &e))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| sq("sqlite busy timeout", &e))?;
-        let mode: String =
-            conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(|e| sq("sqlite WAL mode", &e))?;
+        // Switching a file to WAL takes an exclusive lock, and SQLite answers SQLITE_BUSY at
+        // once (no busy handler) when another connection, say a second process opening the
+        // same new file, holds one: wait for it within the busy timeout.
+        let started = std::time::Instant::now();
+        let mode: String = loop {
+            match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)) {
+                Err(rusqlite::Error::SqliteFailure(f, _))
+                    if f.code == rusqlite::ErrorCode::DatabaseBusy && started.elapsed() < BUSY_TIMEOUT =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                other => break other.map_err(|e| sq("sqlite WAL mode", &e))?,
+            }
+        };
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError(format!("sqlite: the database refused WAL mode (journal mode {mode})")));
         }

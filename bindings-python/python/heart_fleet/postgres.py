@@ -6,32 +6,47 @@ worker clock skew cannot break exclusion. The store holds no SQL of its own beyo
 migrations the core ships, which it applies under an advisory lock, like the Rust store.
 psycopg is imported only when one of these stores is used (``pip install "psycopg[binary]"``).
 
-Deadlines, lost connections and poolers, for the stores that ``connect()`` opens:
+Deadlines, lost connections and poolers:
 
-* connecting waits at most ``connect_timeout`` (default 5 s unless the conninfo or the
-  keyword arguments set one); every statement gets the server-side ``statement_timeout``
-  (``statement_timeout_ms``, default 10,000), so the server abandons a statement the client
-  would wait too long for (a lock wait) instead of applying it late; the asyncio store also
-  bounds each statement client-side (``asyncio.wait_for``), which holds when the server does
-  not answer at all. The blocking store has no client-side bound against a server that stops
-  answering (libpq has none): use the asyncio store, or a thread with a timeout, there.
+* connecting (``connect()``, and again after a lost connection) waits at most
+  ``connect_timeout`` (default 5 s unless the conninfo or the keyword arguments set one).
+* every statement waits at most ``statement_timeout_ms`` (default 10,000) for its answer,
+  on both stores and on a connection you pass as on one ``connect()`` opened. Past it the
+  store asks the server to cancel the statement (at most 1 s, psycopg >= 3.2), and if the
+  statement has still not returned, shuts the connection's socket down, which fails the
+  driver's wait at once (libpq has no client-side timeout, and a frozen server answers
+  nothing, not even the cancel). The request fails with ``StoreUnavailableError`` naming the
+  deadline (``no answer within N ms (statement_timeout_ms)``), and the connection counts as
+  lost. A blocking store runs one request at a time (the deadline counts the statement, not
+  the wait for another thread's); one timer thread serves the deadlines of every blocking
+  store. On a direct connection ``connect()`` also sets the server's ``statement_timeout`` a
+  little shorter, so a statement that is merely slow (a lock wait) is abandoned by the server
+  first and its error comes back: it did not happen. Otherwise a statement the client gave up
+  on may still land; the recovery paths resolve it.
 * a lost connection fails its request (``StoreUnavailableError``; never retried: a write
   whose outcome is unknown is left to the recovery paths), and the next request connects
-  again. A connection you pass yourself is yours: it is not replaced.
+  again. A connection you pass yourself is yours: it is not replaced (after a missed
+  deadline it may be broken; reopen it).
 * ``pgbouncer=true`` in the conninfo (a URL or a key/value string) selects the pooler mode
   for a transaction pooler (PgBouncer in transaction mode, Supabase's pooled connection
-  string): no prepared statements, no session parameters at startup (so no server-side
-  ``statement_timeout``; the asyncio store's client-side bound still holds). A pooler cannot
-  be detected from the client side.
+  string): the connection never prepares a statement (``prepare_threshold=None``, so the
+  receipt sink and your own ``store.conn`` queries are safe too), and no session parameters
+  are sent at startup (so no server-side ``statement_timeout``; the client-side deadline
+  holds). A pooler cannot be detected from the client side.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import socket
+import threading
+import time
+import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from . import _check
 from . import _native
@@ -47,6 +62,26 @@ _POOLER = re.compile(r"(^|[?&\s])pgbouncer=(true|1|false|0)(?=$|[&\s])")
 DEFAULT_CONNECT_TIMEOUT_S = 5
 #: The default deadline of one statement, in milliseconds.
 DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
+#: Past a deadline, the seconds the server gets to cancel the statement before the socket is
+#: shut down.
+_CANCEL_GRACE_S = 1.0
+
+_T = TypeVar("_T")
+
+
+def _deadline_s(statement_timeout_ms: object) -> float:
+    """``statement_timeout_ms`` checked, in seconds."""
+    if isinstance(statement_timeout_ms, bool) or not isinstance(statement_timeout_ms, int) or not 1 <= statement_timeout_ms <= 86_400_000:
+        raise InvalidTypeError(f"statement_timeout_ms must be an int in 1..86400000, got {_check.describe(statement_timeout_ms)}")
+    return statement_timeout_ms / 1000
+
+
+def _missed(what: str, deadline_s: float, error: BaseException) -> str:
+    """The message of a statement past its deadline: cancelled by the server (it did not
+    happen), or cut off (it may still land)."""
+    cancelled = isinstance(error, _psycopg().errors.QueryCanceled)
+    how = "the server cancelled it" if cancelled else "its connection was shut down (the outcome is unknown)"
+    return f"{what}: no answer within {round(deadline_s * 1000)} ms (statement_timeout_ms); {how}"
 
 
 class _Connector:
@@ -56,17 +91,18 @@ class _Connector:
     def __init__(self, conninfo: str, kwargs: dict[str, Any], statement_timeout_ms: int) -> None:
         if not isinstance(conninfo, str) or conninfo == "":
             raise InvalidTypeError("connect: conninfo must be a non-empty str")
-        if isinstance(statement_timeout_ms, bool) or not isinstance(statement_timeout_ms, int) or not 1 <= statement_timeout_ms <= 86_400_000:
-            raise InvalidTypeError(f"statement_timeout_ms must be an int in 1..86400000, got {_check.describe(statement_timeout_ms)}")
+        self.timeout_s = _deadline_s(statement_timeout_ms)
         m = _POOLER.search(conninfo)
         self.pooler = bool(m and m.group(2) in ("true", "1"))
         cleaned = _POOLER.sub(lambda mm: mm.group(1) if mm.group(1) == "?" else "", conninfo)
         self.conninfo = cleaned.replace("?&", "?").rstrip("?&").strip()
-        self.timeout_s = statement_timeout_ms / 1000
         self.kwargs = dict(kwargs)
         if "connect_timeout" not in self.kwargs and "connect_timeout" not in self.conninfo:
             self.kwargs["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT_S
-        if not self.pooler and "options" not in self.kwargs and "options" not in self.conninfo:
+        if self.pooler:
+            # A statement prepared on one server connection is unknown on the next one.
+            self.kwargs.setdefault("prepare_threshold", None)
+        elif "options" not in self.kwargs and "options" not in self.conninfo:
             # A little shorter than the client's deadline, so the server's cancellation comes first.
             server_ms = max(1, statement_timeout_ms - min(100, statement_timeout_ms // 5))
             self.kwargs["options"] = f"-c statement_timeout={server_ms}"
@@ -78,6 +114,145 @@ def _psycopg() -> Any:
     except ImportError:  # pragma: no cover - depends on the environment
         raise InvalidTypeError('the PostgreSQL stores need psycopg 3: pip install "psycopg[binary]"') from None
     return psycopg
+
+
+def _shut_down(conn: Any) -> None:
+    """Shuts ``conn``'s socket down (through a duplicate of its descriptor, so libpq still owns
+    and closes the original): a read blocked on it fails at once."""
+    try:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+    except Exception:  # noqa: BLE001 - closed meanwhile: nothing is waiting on it
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
+def _interrupt(conn: Any, returned: threading.Event, done: threading.Event) -> None:
+    """Past a blocking statement's deadline: asks the server to cancel it, and shuts the
+    socket down unless the statement returns (``returned``) within the grace."""
+    try:
+        end = time.monotonic() + _CANCEL_GRACE_S
+        cancel = getattr(conn, "cancel_safe", None)  # psycopg >= 3.2: bounded, unlike cancel()
+        if cancel is not None:
+            try:
+                cancel(timeout=_CANCEL_GRACE_S)
+            except Exception:  # noqa: BLE001 - best effort: the shutdown still ends the wait
+                pass
+        if not returned.wait(max(0.0, end - time.monotonic())):
+            _shut_down(conn)
+    finally:
+        done.set()
+
+
+async def _interrupt_async(conn: Any, task: asyncio.Future[Any]) -> None:
+    """:func:`_interrupt` for the asyncio store, whose statement is ``task``. (Cancelling the
+    task instead would have psycopg wait for a frozen server up to 10 s more.)"""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + _CANCEL_GRACE_S
+    cancel = getattr(conn, "cancel_safe", None)  # psycopg >= 3.2
+    if cancel is not None:
+        try:
+            await cancel(timeout=_CANCEL_GRACE_S)
+        except Exception:  # noqa: BLE001 - best effort: the shutdown still ends the wait
+            pass
+    finished, _ = await asyncio.wait({task}, timeout=max(0.0, end - loop.time()))
+    if not finished:
+        _shut_down(conn)
+
+
+class _Deadline:
+    """The deadline of the request a blocking store has in flight (one at a time)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._at: float | None = None
+        self._conn: Any = None
+        # Set while the deadline has passed and the interruption runs: the statement's return,
+        # the interruption's end.
+        self._fired: tuple[threading.Event, threading.Event] | None = None
+        _watchdog.watch(self)
+
+    def start(self, conn: Any) -> None:
+        """Gives the next statement on ``conn`` the whole deadline (again for each statement of
+        a request that runs several)."""
+        with self._lock:
+            if self._fired is None:
+                self._conn = conn
+                self._at = time.monotonic() + self.timeout_s
+
+    def stop(self) -> bool:
+        """Ends the request's deadline, after its interruption if it ran: True when it had."""
+        with self._lock:
+            self._at = self._conn = None
+            fired, self._fired = self._fired, None
+        if fired is None:
+            return False
+        returned, done = fired
+        returned.set()
+        done.wait()
+        return True
+
+    def check(self, now: float) -> float | None:
+        """The watchdog's look: the pending deadline, or None (none, or it has passed: the
+        interruption starts on a thread of its own)."""
+        with self._lock:
+            if self._at is None or now < self._at:
+                return self._at
+            self._at = None
+            returned, done = self._fired = (threading.Event(), threading.Event())
+            conn = self._conn
+        threading.Thread(target=_interrupt, args=(conn, returned, done), name="heart-fleet-deadline", daemon=True).start()
+        return None
+
+
+class _Watchdog:
+    """One thread that fires the deadlines of every blocking store. Starting a deadline wakes
+    nothing (a timer thread per statement would cost more than the statement): the thread
+    never sleeps longer than the shortest timeout it watches, so it looks again before any
+    deadline started while it slept can pass."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._watched: weakref.WeakSet[_Deadline] = weakref.WeakSet()
+        self._thread: threading.Thread | None = None
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        # The thread is not copied into a child process: the child's first store starts one.
+        self._cond = threading.Condition()
+        self._thread = None
+
+    def watch(self, deadline: _Deadline) -> None:
+        with self._cond:
+            self._watched.add(deadline)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="heart-fleet-watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()  # its timeout may be the shortest now
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                wake = self._look(now)
+                self._cond.wait(None if wake is None else wake - now)
+
+    def _look(self, now: float) -> float | None:
+        """Fires the deadlines that have passed; when to look again (None: nothing to watch).
+        Holds no deadline past its return, so a closed store's is collected."""
+        wake: float | None = None
+        for d in list(self._watched):
+            at = d.check(now)
+            wake = min(x for x in (wake, at, now + d.timeout_s) if x is not None)
+        return wake
+
+
+_watchdog = _Watchdog()
 
 
 class _Rendered:
@@ -160,24 +335,39 @@ class _MigrationPlan:
         self.migrations: list[tuple[str, str]] = [(n, s) for n, s in plan["migrations"]]
 
 
+def _answer(conn: Any, sql: str, params: Any, prepare: bool | None) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """One statement, in a transaction block of its own unless the connection autocommits:
+    its column names and rows."""
+    if conn.autocommit:
+        cur = conn.execute(sql, params, prepare=prepare)
+    else:
+        with conn.transaction():
+            cur = conn.execute(sql, params, prepare=prepare)
+    if not cur.description:  # an INSERT without RETURNING (a receipt)
+        return [], []
+    return [c.name for c in cur.description], cur.fetchall()
+
+
 class PsycopgLeaseStore:
     """A heart-fleet store over a psycopg 3 ``Connection`` (blocking).
 
     ``PsycopgLeaseStore(conn)`` wraps your connection (autocommit recommended: each request
     is one statement; without autocommit each runs in its own transaction block), or
     ``PsycopgLeaseStore.connect(conninfo)`` opens one in autocommit mode (``close()`` closes
-    it). The schema must be migrated: ``store.migrate()`` (idempotent). psycopg connections
-    are thread-safe, so a heartbeat thread may share the store.
+    it). Either way each statement waits at most ``statement_timeout_ms`` (see the module
+    docstring). The schema must be migrated: ``store.migrate()`` (idempotent). The store is
+    thread-safe (one request at a time), so a heartbeat thread may share it.
     """
 
-    def __init__(self, conn: Any, *, prepare: bool | None = None) -> None:
+    def __init__(self, conn: Any, *, prepare: bool | None = None, statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS) -> None:
         psycopg = _psycopg()
         if not isinstance(conn, psycopg.Connection):
             raise InvalidTypeError(f"PsycopgLeaseStore: conn must be a psycopg.Connection, got {_check.describe(conn)}")
+        self._deadline = _Deadline(_deadline_s(statement_timeout_ms))
         self.conn = conn
         self._prepare = prepare
-        self._owned = False
         self._connector: _Connector | None = None
+        self._lock = threading.Lock()
 
     @classmethod
     def connect(
@@ -187,8 +377,7 @@ class PsycopgLeaseStore:
         string; ``pgbouncer=true`` for a transaction pooler). It is reopened on the request
         after a lost connection. ``kwargs`` go to ``psycopg.connect``."""
         connector = _Connector(conninfo, kwargs, statement_timeout_ms)
-        store = cls(_open_sync(connector), prepare=False if connector.pooler else None)
-        store._owned = True
+        store = cls(_open_sync(connector), statement_timeout_ms=statement_timeout_ms)
         store._connector = connector
         return store
 
@@ -200,7 +389,7 @@ class PsycopgLeaseStore:
 
     def close(self) -> None:
         """Closes the connection this store opened (a connection you passed stays yours)."""
-        if self._owned:
+        if self._connector is not None:
             self.conn.close()
 
     def __enter__(self) -> PsycopgLeaseStore:
@@ -209,27 +398,30 @@ class PsycopgLeaseStore:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _query(self, request: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-        sql, params = _statement(request)
+    def _run(self, what: str, work: Callable[[Any], _T]) -> _T:
+        """``work(conn)`` on the live connection, one request at a time, its statements within
+        the deadline (``work`` restarts it before each further statement). A driver error,
+        or the deadline passing, is ``StoreUnavailableError`` starting with ``what``."""
         psycopg = _psycopg()
-        conn = self._live()
-        try:
-            if conn.autocommit:
-                cur = conn.execute(sql, params, prepare=self._prepare)
-                rows = cur.fetchall()
-            else:
-                with conn.transaction():
-                    cur = conn.execute(sql, params, prepare=self._prepare)
-                    rows = cur.fetchall()
-        except psycopg.Error as e:
-            raise StoreUnavailableError(f"postgres: {e}") from e
-        names = [c.name for c in cur.description] if cur.description else []
-        return names, rows
+        with self._lock:
+            conn = self._live()
+            fired = False
+            try:
+                self._deadline.start(conn)
+                try:
+                    return work(conn)
+                finally:
+                    fired = self._deadline.stop()
+                    if fired and self._connector is not None:
+                        conn.close()  # in an unknown state: the next request connects again
+            except psycopg.Error as e:
+                raise StoreUnavailableError(_missed(what, self._deadline.timeout_s, e) if fired else f"{what}: {e}") from e
 
     def execute_json(self, request: str) -> str:
         """The store contract's text form: StoreRequest JSON text -> StoreAnswer JSON text."""
         request = _check_request(request)
-        names, rows = self._query(request)
+        sql, params = _statement(request)
+        names, rows = self._run("postgres", lambda conn: _answer(conn, sql, params, self._prepare))
         return _decode(request, names, rows)
 
     def execute(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -244,11 +436,7 @@ class PsycopgLeaseStore:
         def sink(receipt: HeartReceipt) -> None:
             try:
                 sql, params = _receipt_statement(receipt)
-                if self.conn.autocommit:
-                    self.conn.execute(sql, params)
-                else:
-                    with self.conn.transaction():
-                        self.conn.execute(sql, params)
+                self._run("postgres receipt", lambda conn: _answer(conn, sql, params, None))
             except Exception as e:  # noqa: BLE001 - reported to on_error only
                 if on_error is not None:
                     on_error(e, receipt)
@@ -259,23 +447,28 @@ class PsycopgLeaseStore:
         """Applies every migration that ``heart_fleet_migrations`` does not record yet, each in
         one transaction with its record, under an advisory lock (concurrent migrates apply
         each migration once). Idempotent. Returns ``(name, applied_now)`` per migration."""
-        psycopg = _psycopg()
         plan = _MigrationPlan()
-        out: list[tuple[str, bool]] = []
-        for name, script in plan.migrations:
-            try:
-                with self.conn.transaction():
-                    for statement in plan.prelude:
-                        self.conn.execute(statement)
-                    row = self.conn.execute(plan.is_applied, (name,)).fetchone()
-                    applied = row is not None and row[0] == 0
-                    if applied:
-                        self.conn.execute(script)
-                        self.conn.execute(plan.record, (name,))
-            except psycopg.Error as e:
-                raise StoreUnavailableError(f"migration {name} failed: {e}") from e
-            out.append((name, applied))
-        return out
+
+        def apply(conn: Any, name: str, script: str) -> bool:
+            def run(sql: str, *params: str) -> Any:
+                self._deadline.start(conn)  # each statement gets the whole deadline
+                return conn.execute(sql, params or None)
+
+            with conn.transaction():
+                for statement in plan.prelude:
+                    run(statement)
+                row = run(plan.is_applied, name).fetchone()
+                if row is None or row[0] != 0:
+                    return False
+                run(script)
+                run(plan.record, name)
+                self._deadline.start(conn)  # the COMMIT
+            return True
+
+        return [
+            (name, self._run(f"migration {name} failed", lambda conn: apply(conn, name, script)))
+            for name, script in plan.migrations
+        ]
 
 
 class AsyncPsycopgLeaseStore:
@@ -283,20 +476,21 @@ class AsyncPsycopgLeaseStore:
     coroutine, so the ``*_async`` API awaits PostgreSQL and the event loop keeps running.
 
     ``AsyncPsycopgLeaseStore(aconn)``, or ``await AsyncPsycopgLeaseStore.connect(conninfo)``
-    (autocommit; ``await store.close()``). ``await store.migrate()`` applies the migrations.
+    (autocommit; ``await store.close()``). Each request's statement waits at most
+    ``statement_timeout_ms`` (see the module docstring). ``await store.migrate()`` applies
+    the migrations.
     """
 
-    def __init__(self, conn: Any, *, prepare: bool | None = None) -> None:
+    def __init__(self, conn: Any, *, prepare: bool | None = None, statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS) -> None:
         psycopg = _psycopg()
         if not isinstance(conn, psycopg.AsyncConnection):
             raise InvalidTypeError(
                 f"AsyncPsycopgLeaseStore: conn must be a psycopg.AsyncConnection, got {_check.describe(conn)}"
             )
+        self._timeout_s = _deadline_s(statement_timeout_ms)
         self.conn = conn
         self._prepare = prepare
-        self._owned = False
         self._connector: _Connector | None = None
-        self._timeout_s = DEFAULT_STATEMENT_TIMEOUT_MS / 1000
 
     @classmethod
     async def connect(
@@ -306,10 +500,8 @@ class AsyncPsycopgLeaseStore:
         transaction pooler), reopened on the request after a lost connection; each statement
         waits at most ``statement_timeout_ms``."""
         connector = _Connector(conninfo, kwargs, statement_timeout_ms)
-        store = cls(await _open_async(connector), prepare=False if connector.pooler else None)
-        store._owned = True
+        store = cls(await _open_async(connector), statement_timeout_ms=statement_timeout_ms)
         store._connector = connector
-        store._timeout_s = connector.timeout_s
         return store
 
     async def _live(self) -> Any:
@@ -320,7 +512,7 @@ class AsyncPsycopgLeaseStore:
 
     async def close(self) -> None:
         """Closes the connection this store opened."""
-        if self._owned:
+        if self._connector is not None:
             await self.conn.close()
 
     async def __aenter__(self) -> AsyncPsycopgLeaseStore:
@@ -344,15 +536,24 @@ class AsyncPsycopgLeaseStore:
                 cur = await conn.execute(sql, params, prepare=self._prepare)
                 return cur, await cur.fetchall()
 
+        task = asyncio.ensure_future(run())
+        missed = False
         try:
-            cur, rows = await asyncio.wait_for(run(), self._timeout_s)
-        except TimeoutError as e:
-            # The connection is in an unknown state: a store that opened it opens a new one.
-            if self._connector is not None:
-                await conn.close()
-            raise StoreUnavailableError(f"postgres: no answer within {round(self._timeout_s * 1000)} ms") from e
+            finished, _ = await asyncio.wait({task}, timeout=self._timeout_s)
+            if not finished:
+                missed = True
+                await _interrupt_async(conn, task)
+            cur, rows = await task
+        except asyncio.CancelledError:
+            # Our caller was cancelled: so is the statement (psycopg asks the server to cancel it).
+            task.cancel()
+            await asyncio.wait({task})
+            raise
         except psycopg.Error as e:
-            raise StoreUnavailableError(f"postgres: {e}") from e
+            raise StoreUnavailableError(_missed("postgres", self._timeout_s, e) if missed else f"postgres: {e}") from e
+        finally:
+            if missed and self._connector is not None:
+                await conn.close()  # in an unknown state: the next request connects again
         names = [c.name for c in cur.description] if cur.description else []
         return _decode(request, names, rows)
 

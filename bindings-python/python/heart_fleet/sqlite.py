@@ -33,6 +33,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -172,6 +173,21 @@ def _bind(p: Any, now: str | None) -> Any:
     raise StoreProtocolError(f"sqlite: an unexpected SQL parameter {p!r}")
 
 
+def _wal_mode(conn: sqlite3.Connection, timeout: float) -> str:
+    """Switches ``conn``'s file to WAL and returns the journal mode it is in. The switch takes
+    an exclusive lock, and SQLite answers "database is locked" at once (no busy handler) while
+    another connection holds one, say a second process opening the same new file: wait for it
+    within the busy timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+
+
 class SqliteLeaseStore:
     """A heart-fleet store over one ``sqlite3`` connection (thread-safe: requests are
     serialized by a lock, so a heartbeat thread may share it).
@@ -207,7 +223,7 @@ class SqliteLeaseStore:
             try:
                 self._conn = sqlite3.connect(name, timeout=timeout, isolation_level=None, check_same_thread=False)
                 if str(path) != ":memory:":
-                    mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                    mode = _wal_mode(self._conn, timeout)
                     if str(mode).lower() != "wal":
                         raise StoreUnavailableError(f"sqlite: the database refused WAL mode (journal mode {mode})")
                 # WAL + NORMAL: a commit survives a crash of the process (not of the machine).
