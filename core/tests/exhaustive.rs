@@ -1,5 +1,6 @@
-//! Exhaustive check of the five safety properties (DESIGN.md, "Testing standards") over
-//! every interleaving of whole operations in small configurations, up to a bounded depth.
+//! Exhaustive check of the five safety properties (docs/ARCHITECTURE.md, "The safety
+//! properties and where they are checked") over every interleaving of whole operations in
+//! small configurations, up to a bounded depth.
 //!
 //! Two workers share the runs of one `MemoryStore`. The actions are: acquire (ttl 10 s),
 //! renew, verify, guard an effect (durable ledger), release (`completed`; `ready` for a

@@ -1,4 +1,5 @@
-//! Randomized checks of the five safety properties (DESIGN.md, "Testing standards").
+//! Randomized checks of the five safety properties (docs/ARCHITECTURE.md, "The safety
+//! properties and where they are checked").
 //!
 //! proptest generates operation sequences for 2-4 workers over 1-3 runs (regular runs and
 //! resource runs) on one `MemoryStore` driven by one `HeartFleet`. Each step is one whole
