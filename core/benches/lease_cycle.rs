@@ -6,6 +6,10 @@
 //!   reused and nothing grows; in a store of 1 run and of 10 000 runs. Receipts go to a sink
 //!   that discards them (the default in-memory receipt list would grow without bound, and
 //!   the fleet offers no way to clear it).
+//! * `lease_cycle/floor`: what any implementation of that cycle must do at least, measured
+//!   in the same group: three SHA-256 digests of the cycle's three receipts' canonical bytes
+//!   (98-126 bytes) and three lookups of the run by id in a `HashMap` (std's SipHash, as
+//!   the memory store's index), each updating the row's status, expiry and epoch.
 //! * `reclaim_expired/{n}`: one sweep over `n` expired leases (a scan plus one conditional
 //!   write, one receipt and one counter per run), on a fresh copy of a prepared store per
 //!   iteration (`iter_batched`; the copy is not timed).
@@ -17,6 +21,7 @@
 // A benchmark whose setup fails must stop loudly.
 #![allow(clippy::expect_used)]
 
+use std::collections::HashMap;
 use std::hint::black_box;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -25,6 +30,7 @@ use heart_fleet_core::{
     FencingToken, HeartFleet, HeartReceipt, Ledger, MemoryEffectLedger, MemoryStore, RunRow, RunStatus, Timestamp,
 };
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 /// 2026-07-30T00:00:00.000Z, the golden vectors' clock.
 const T0: Timestamp = Timestamp(1_785_369_600_000);
@@ -60,6 +66,28 @@ fn bench_cycle(c: &mut Criterion) {
         });
         assert_eq!(heart.metrics().acquire_wins, heart.metrics().releases, "every cycle released");
     }
+    // The canonical bytes the cycle's receipts digest (acquired, fence_verified, released).
+    let receipts: [&[u8]; 3] = [
+        br#"{"effectKey":null,"event":"acquired","leaseExpiresAt":"2026-07-30T00:01:00.000Z","owner":"worker-A","runId":"bench-run"}"#,
+        br#"{"effectKey":null,"event":"fence_verified","leaseExpiresAt":"2026-07-30T00:01:00.000Z","owner":"worker-A","runId":"bench-run"}"#,
+        br#"{"effectKey":null,"event":"released","leaseExpiresAt":null,"owner":"worker-A","runId":"bench-run"}"#,
+    ];
+    // (status, expiry, epoch) of one run, keyed by id.
+    let mut runs: HashMap<String, (u8, i64, i64)> = HashMap::from([("bench-run".to_owned(), (0, 0, 0))]);
+    group.bench_function("floor", |b| {
+        b.iter(|| {
+            let mut digests = [[0u8; 32]; 3];
+            for (digest, bytes) in digests.iter_mut().zip(receipts) {
+                if let Some(row) = runs.get_mut(black_box("bench-run")) {
+                    row.0 ^= 1;
+                    row.1 += 60_000;
+                    row.2 += 1;
+                }
+                digest.copy_from_slice(&Sha256::digest(black_box(bytes)));
+            }
+            black_box(digests)
+        })
+    });
     group.finish();
 }
 

@@ -8,21 +8,37 @@
 use std::collections::HashSet;
 
 use crate::error::{HeartError, StoreError};
-use crate::machine::{Answer, Event, Machine, Need, ProbeVerdict, Step};
-use crate::metrics::HeartMetrics;
+use crate::machine::{Answer, Emit, Event, Machine, Need, ProbeVerdict, Step};
+use crate::metrics::{Counter, HeartMetrics};
 use crate::model::IntentRow;
-use crate::receipt::{HeartReceipt, ReceiptSink};
-use crate::request::{StoreAnswer, StoreRequest};
+use crate::ops::lease::Spares;
+use crate::receipt::{HeartEvent, HeartReceipt, ReceiptSink};
+use crate::request::{RunWriteRef, StoreAnswer, StoreRequest};
+use crate::time::Timestamp;
 
 /// A synchronous store: executes one request atomically.
 pub trait LeaseStore {
     /// Executes `req`, or reports a failure (never a silent miss).
     fn execute(&mut self, req: StoreRequest) -> Result<StoreAnswer, StoreError>;
+
+    /// Executes a [`StoreRequest::UpdateRun`] without taking the request, lending the rows of
+    /// the reply instead of copying them: the lease operations that [`drive`] and
+    /// [`crate::HeartFleet`] run keep their request for the next one to refit, and copy at most
+    /// the row after the write. It must answer exactly as [`LeaseStore::execute`] would.
+    /// `None` (the default) when the store cannot, or `req` is another request: the request is
+    /// then handed over to [`LeaseStore::execute`].
+    fn write_run_in_place(&mut self, _req: &StoreRequest) -> Option<Result<RunWriteRef<'_>, StoreError>> {
+        None
+    }
 }
 
 impl<S: LeaseStore + ?Sized> LeaseStore for &mut S {
     fn execute(&mut self, req: StoreRequest) -> Result<StoreAnswer, StoreError> {
         (**self).execute(req)
+    }
+
+    fn write_run_in_place(&mut self, req: &StoreRequest) -> Option<Result<RunWriteRef<'_>, StoreError>> {
+        (**self).write_run_in_place(req)
     }
 }
 
@@ -41,6 +57,10 @@ pub struct Recorder {
     pub receipts: Vec<HeartReceipt>,
     /// The host's sink (`onReceipt`); when set, `receipts` stays empty as in the reference.
     pub sink: Option<Box<dyn ReceiptSink>>,
+    /// The receipt lent to the sink, rebuilt in place for each one (the sink only borrows it).
+    sink_receipt: Option<HeartReceipt>,
+    /// The request slots of finished lease operations, for the next ones to refit.
+    pub(crate) spares: Spares,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -61,6 +81,37 @@ impl Recorder {
                 },
             }
         }
+    }
+}
+
+/// The lease operations that [`drive`] runs report straight here, in the order they happen
+/// (as [`Recorder::absorb`] would apply their events).
+impl Emit for Recorder {
+    fn bump(&mut self, c: Counter) {
+        self.metrics.bump(c);
+    }
+
+    fn receipt(
+        &mut self,
+        event: HeartEvent,
+        run_id: &str,
+        owner: &str,
+        lease_expires_at: Option<Timestamp>,
+        effect_key: Option<&str>,
+        at: Timestamp,
+    ) {
+        let Some(sink) = self.sink.as_mut() else {
+            self.receipts.push(HeartReceipt::new(event, run_id, owner, lease_expires_at, effect_key, at));
+            return;
+        };
+        let receipt = match &mut self.sink_receipt {
+            Some(r) => {
+                r.rebuild(event, run_id, owner, lease_expires_at, effect_key, at);
+                r
+            }
+            None => self.sink_receipt.insert(HeartReceipt::new(event, run_id, owner, lease_expires_at, effect_key, at)),
+        };
+        sink.emit(receipt);
     }
 }
 
@@ -112,13 +163,18 @@ impl Host for NoHost {
     }
 }
 
-/// The sync driving loop (the numbered steps in the crate docs).
+/// The sync driving loop (the numbered steps in the crate docs). A lease operation (acquire,
+/// renew, release, verify) runs as its plain state machine instead, reporting its counters
+/// and receipts to `recorder` as it makes them.
 pub fn drive<T: 'static, S: LeaseStore + ?Sized>(
     mut machine: Machine<T>,
     store: &mut S,
     recorder: &mut Recorder,
     host: &mut dyn Host,
 ) -> Result<T, HeartError> {
+    if let Some(result) = machine.run_lease(store, recorder) {
+        return result;
+    }
     let mut step = machine.start();
     loop {
         recorder.absorb(machine.drain_events());

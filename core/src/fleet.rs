@@ -212,12 +212,14 @@ impl<S: LeaseStore> HeartFleet<S> {
 
     /// `release(fence, nextStatus)`.
     pub fn release(&mut self, fence: &FencingToken, to: ReleaseTo) -> Result<Fenced<RunRow>, HeartError> {
-        self.run(ops::release(fence, to))
+        // `ops::release` as a machine would copy the token; the fleet lends it instead.
+        ops::lease::release_on(fence, to, &mut self.store, &mut self.recorder)
     }
 
     /// `verifyFence(fence)`.
     pub fn verify_fence(&mut self, fence: &FencingToken) -> Result<bool, HeartError> {
-        self.run(ops::verify_fence(fence))
+        // `ops::verify_fence` as a machine would copy the token; the fleet lends it instead.
+        ops::lease::verify_fence_on(fence, &mut self.store, &mut self.recorder)
     }
 
     /// `reclaimExpired({limit})`.

@@ -1,12 +1,15 @@
 //! The sans-I/O operation machine.
 //!
 //! An operation is a [`Machine`]: a value that says what it needs next ([`Need`]) and is
-//! resumed with the answer ([`Answer`]) until it is [`Step::Done`]. Inside, each operation
-//! is written as straight-line `async` code over an `Io` handle whose `await` points hand
-//! a request out and suspend; no executor, thread, timer or waker is involved (the machine
-//! is polled with a no-op waker and is only ever pending on its own request slot).
-//! Receipts and metric changes are queued as [`Event`]s in order and drained by the driver
-//! after every step, so they reach the fleet's sink even when a later step fails.
+//! resumed with the answer ([`Answer`]) until it is [`Step::Done`]. The lease operations
+//! (acquire, renew, release, verify) are plain state machines ([`crate::ops`]'s `lease`
+//! module: their inputs and a step), the machine keeping their request. Every other operation is
+//! written as straight-line `async` code over an `Io` handle whose `await` points hand a
+//! request out and suspend; no executor, thread, timer or waker is involved (the machine is
+//! polled with a no-op waker and is only ever pending on its own request slot). Receipts and
+//! metric changes are queued as [`Event`]s in order and drained by the driver after every
+//! step, so they reach the fleet's sink even when a later step fails; [`crate::driver::drive`]
+//! lets the lease operations report them to its recorder directly, in the same order.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,11 +18,14 @@ use std::task::{Context, Poll, Waker};
 
 use serde_json::Value;
 
+use crate::driver::{LeaseStore, Recorder};
 use crate::error::{ErrorCode, HeartError, StoreError};
 use crate::metrics::Counter;
 use crate::model::IntentRow;
-use crate::receipt::HeartReceipt;
+use crate::ops::lease::{self, Advance, LeaseOp, Reply};
+use crate::receipt::{HeartEvent, HeartReceipt};
 use crate::request::{StoreAnswer, StoreRequest};
+use crate::time::Timestamp;
 
 /// What a machine needs from its host to go on.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,6 +99,41 @@ pub enum Step<T> {
     Need(Need),
     /// The operation finished.
     Done(Result<T, HeartError>),
+}
+
+/// Where an operation's counters and receipts go as it makes them: a machine's event queue,
+/// or (for the lease operations [`crate::driver::drive`] runs) the fleet's recorder itself.
+pub(crate) trait Emit {
+    /// A counter goes up by one.
+    fn bump(&mut self, c: Counter);
+    /// A receipt with these fields ([`HeartReceipt::new`]) is emitted.
+    fn receipt(
+        &mut self,
+        event: HeartEvent,
+        run_id: &str,
+        owner: &str,
+        lease_expires_at: Option<Timestamp>,
+        effect_key: Option<&str>,
+        at: Timestamp,
+    );
+}
+
+impl Emit for Vec<Event> {
+    fn bump(&mut self, c: Counter) {
+        self.push(Event::Metric(c));
+    }
+
+    fn receipt(
+        &mut self,
+        event: HeartEvent,
+        run_id: &str,
+        owner: &str,
+        lease_expires_at: Option<Timestamp>,
+        effect_key: Option<&str>,
+        at: Timestamp,
+    ) {
+        self.push(Event::Receipt(HeartReceipt::new(event, run_id, owner, lease_expires_at, effect_key, at)));
+    }
 }
 
 #[derive(Default)]
@@ -170,6 +211,24 @@ impl Io {
     }
 }
 
+impl Emit for Io {
+    fn bump(&mut self, c: Counter) {
+        Io::bump(self, c);
+    }
+
+    fn receipt(
+        &mut self,
+        event: HeartEvent,
+        run_id: &str,
+        owner: &str,
+        lease_expires_at: Option<Timestamp>,
+        effect_key: Option<&str>,
+        at: Timestamp,
+    ) {
+        Io::receipt(self, HeartReceipt::new(event, run_id, owner, lease_expires_at, effect_key, at));
+    }
+}
+
 /// The error for an answer of the wrong kind (a host bug): one line naming the step and the
 /// kind of answer that came, never the answer's contents (rows, timestamps, Rust `Debug`
 /// text), which belong to the store and not to an error message.
@@ -193,6 +252,11 @@ pub(crate) fn mismatch(step: &str, got: &Answer) -> HeartError {
         Answer::Effect(_) => "an effect result",
         Answer::Probe(_) => "a probe verdict",
     };
+    mismatch_kind(step, what)
+}
+
+/// [`mismatch`] for an answer described by its kind (`what`).
+pub(crate) fn mismatch_kind(step: &str, what: &str) -> HeartError {
     HeartError::new(
         ErrorCode::StoreProtocol,
         format!("unexpected answer at {step}: {what}, not the reply this step needs"),
@@ -201,10 +265,85 @@ pub(crate) fn mismatch(step: &str, got: &Answer) -> HeartError {
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, HeartError>> + Send>>;
 
+fn finished() -> HeartError {
+    HeartError::new(ErrorCode::StoreProtocol, "operation already finished")
+}
+
+fn no_answer() -> HeartError {
+    HeartError::new(ErrorCode::StoreProtocol, "operation resumed without an answer")
+}
+
 /// A running operation. See the crate docs for the driving loop.
 pub struct Machine<T> {
-    fut: Option<BoxFuture<T>>,
-    slot: Arc<Mutex<Slot>>,
+    body: Body<T>,
+}
+
+// The lease variant is the common one, and a machine is never stored in bulk: boxing it
+// would be the very per-operation allocation this layout avoids.
+#[allow(clippy::large_enum_variant)]
+enum Body<T> {
+    /// A lease operation.
+    Lease(Lease<T>),
+    /// Any other operation; `fut` is `None` once it finished.
+    Async { fut: Option<BoxFuture<T>>, slot: Arc<Mutex<Slot>> },
+}
+
+/// A lease operation as a machine: the plain state machine and its typed step, its request
+/// slot, where it stands and its queued events.
+struct Lease<T> {
+    op: LeaseOp<'static>,
+    step: Advance<T>,
+    request: StoreRequest,
+    phase: Phase,
+    events: Vec<Event>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    NotStarted,
+    /// Its request was handed out.
+    Waiting,
+    Finished,
+}
+
+impl<T> Lease<T> {
+    fn start(&mut self) -> Step<T> {
+        match self.phase {
+            Phase::NotStarted => {
+                self.op.start(&mut self.events, &mut self.request);
+                self.phase = Phase::Waiting;
+                self.hand_out()
+            }
+            // As the async machines do: asking again without an answer ends the operation.
+            Phase::Waiting => self.finish(Err(no_answer())),
+            Phase::Finished => Step::Done(Err(finished())),
+        }
+    }
+
+    fn resume(&mut self, mut answer: Answer) -> Step<T> {
+        match self.phase {
+            // An answer before the first request is stale, as in the async machines.
+            Phase::NotStarted => self.start(),
+            Phase::Waiting => {
+                match (self.step)(&mut self.op, Reply::Owned(&mut answer), &mut self.events, &mut self.request) {
+                    Ok(None) => self.hand_out(),
+                    Ok(Some(result)) => self.finish(Ok(result)),
+                    Err(e) => self.finish(Err(e)),
+                }
+            }
+            Phase::Finished => Step::Done(Err(finished())),
+        }
+    }
+
+    /// Hands the request out to the host.
+    fn hand_out(&mut self) -> Step<T> {
+        Step::Need(Need::Store(std::mem::replace(&mut self.request, StoreRequest::Now)))
+    }
+
+    fn finish(&mut self, result: Result<T, HeartError>) -> Step<T> {
+        self.phase = Phase::Finished;
+        Step::Done(result)
+    }
 }
 
 impl<T> std::fmt::Debug for Machine<T> {
@@ -222,7 +361,7 @@ impl<T: 'static> Machine<T> {
     {
         let slot = Arc::new(Mutex::new(Slot::default()));
         let io = Io { slot: slot.clone() };
-        Machine { fut: Some(Box::pin(body(io))), slot }
+        Machine { body: Body::Async { fut: Some(Box::pin(body(io))), slot } }
     }
 
     /// A machine that is already done (validation failures).
@@ -233,42 +372,76 @@ impl<T: 'static> Machine<T> {
         Machine::new(move |_| async move { result })
     }
 
+    /// Wraps a lease operation and its step.
+    pub(crate) fn lease(op: LeaseOp<'static>, step: Advance<T>) -> Machine<T> {
+        let lease = Lease { op, step, request: StoreRequest::Now, phase: Phase::NotStarted, events: Vec::new() };
+        Machine { body: Body::Lease(lease) }
+    }
+
     /// Starts the machine: its first need, or its result.
     pub fn start(&mut self) -> Step<T> {
-        self.poll()
+        match &mut self.body {
+            Body::Lease(lease) => lease.start(),
+            Body::Async { fut, slot } => poll(fut, slot),
+        }
     }
 
     /// Resumes the machine with the answer to its last need.
     pub fn resume(&mut self, answer: Answer) -> Step<T> {
-        match self.slot.lock() {
-            Ok(mut slot) => slot.answer = Some(answer),
-            Err(_) => return Step::Done(Err(poisoned())),
+        match &mut self.body {
+            Body::Lease(lease) => lease.resume(answer),
+            Body::Async { fut, slot } => {
+                match slot.lock() {
+                    Ok(mut slot) => slot.answer = Some(answer),
+                    Err(_) => return Step::Done(Err(poisoned())),
+                }
+                poll(fut, slot)
+            }
         }
-        self.poll()
     }
 
     /// Takes the receipts and metric changes made since the last call, in order.
     pub fn drain_events(&mut self) -> Vec<Event> {
-        self.slot.lock().map(|mut s| std::mem::take(&mut s.events)).unwrap_or_default()
+        match &mut self.body {
+            Body::Lease(lease) => std::mem::take(&mut lease.events),
+            Body::Async { slot, .. } => slot.lock().map(|mut s| std::mem::take(&mut s.events)).unwrap_or_default(),
+        }
     }
 
-    fn poll(&mut self) -> Step<T> {
-        let Some(fut) = self.fut.as_mut() else {
-            return Step::Done(Err(HeartError::new(ErrorCode::StoreProtocol, "operation already finished")));
-        };
-        let mut cx = Context::from_waker(Waker::noop());
-        match fut.as_mut().poll(&mut cx) {
-            Poll::Ready(result) => {
-                self.fut = None;
-                Step::Done(result)
-            }
-            Poll::Pending => match self.slot.lock().ok().and_then(|mut s| s.need.take()) {
-                Some(need) => Step::Need(need),
-                None => {
-                    self.fut = None;
-                    Step::Done(Err(HeartError::new(ErrorCode::StoreProtocol, "operation resumed without an answer")))
-                }
-            },
+    /// Runs a lease operation that has not started to its end against `store`, reporting its
+    /// counters and receipts straight to `recorder` and letting a store that writes in place
+    /// lend it the rows. `None` (nothing done) for any other machine.
+    pub(crate) fn run_lease<S: LeaseStore + ?Sized>(
+        &mut self,
+        store: &mut S,
+        recorder: &mut Recorder,
+    ) -> Option<Result<T, HeartError>> {
+        let Body::Lease(lease) = &mut self.body else { return None };
+        if lease.phase != Phase::NotStarted {
+            return None;
         }
+        lease.phase = Phase::Finished;
+        Some(lease::run(&mut lease.op, lease.step, store, recorder))
+    }
+}
+
+/// Polls an async operation once: its next need, or its result (`fut` becomes `None`).
+fn poll<T>(fut: &mut Option<BoxFuture<T>>, slot: &Mutex<Slot>) -> Step<T> {
+    let Some(running) = fut.as_mut() else {
+        return Step::Done(Err(finished()));
+    };
+    let mut cx = Context::from_waker(Waker::noop());
+    match running.as_mut().poll(&mut cx) {
+        Poll::Ready(result) => {
+            *fut = None;
+            Step::Done(result)
+        }
+        Poll::Pending => match slot.lock().ok().and_then(|mut s| s.need.take()) {
+            Some(need) => Step::Need(need),
+            None => {
+                *fut = None;
+                Step::Done(Err(no_answer()))
+            }
+        },
     }
 }

@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use crate::driver::LeaseStore;
 use crate::error::StoreError;
 use crate::model::{DispatchLogEntry, InstanceRow, InstanceStatus, IntentRow, IntentState, RunRow};
-use crate::request::{Lookup, Record, RunOrder, StoreAnswer, StoreReply, StoreRequest, apply_update};
+use crate::request::{
+    Assign, Cond, Expr, Lookup, Record, RunCol, RunOrder, RunWriteRef, StoreAnswer, StoreReply, StoreRequest, Val,
+    apply_update,
+};
 use crate::time::Timestamp;
 
 /// Runs, intents, the dispatch log and instances in memory. Single-threaded by design:
@@ -23,6 +26,10 @@ pub struct MemoryStore {
     next_id: u64,
     failures: Vec<(String, u32, u32)>,
     requests: u64,
+    /// Buffers a run write reuses, so writing in place allocates nothing: the values of its
+    /// computed assignments and the row before it.
+    assigned: Vec<Val>,
+    before: Option<RunRow>,
 }
 
 struct Tables<'a> {
@@ -164,36 +171,86 @@ impl MemoryStore {
         Tables { runs: &self.runs, index: &self.index, instances: &self.instances }
     }
 
+    /// One conditional run write: the index of the row written, or `None` on a miss. With
+    /// `want_before`, a hit leaves a copy of the row before the write in `self.before`.
+    /// Everything is evaluated and checked before anything is written, so an error changes
+    /// nothing.
+    fn write_run(
+        &mut self,
+        run_id: &str,
+        when: &Cond<RunCol>,
+        set: &[Assign<RunCol>],
+        want_before: bool,
+    ) -> Result<Option<usize>, String> {
+        let now = self.now;
+        let Some(&i) = self.index.get(run_id) else {
+            return Ok(None);
+        };
+        let tables = Tables { runs: &self.runs, index: &self.index, instances: &self.instances };
+        let Some(current) = self.runs.get(i) else {
+            return Err("run index out of sync".to_owned());
+        };
+        if !when.eval(current, now, &tables) {
+            return Ok(None);
+        }
+        // Assignments are evaluated against the row before the write; a literal is applied
+        // from the request as it is, the others' values are kept here in order.
+        self.assigned.clear();
+        for (_, e) in set.iter().filter(|(_, e)| !matches!(e, Expr::Val(_))) {
+            self.assigned.push(Val::Null);
+            if let Some(value) = self.assigned.last_mut() {
+                e.eval_into(current, now, &tables, value)?;
+            }
+        }
+        let mut computed = self.assigned.iter();
+        for (c, e) in set {
+            let value = match e {
+                Expr::Val(literal) => Some(literal),
+                _ => computed.next(),
+            };
+            current.check(*c, value.ok_or(EVALUATED)?)?;
+        }
+        if want_before {
+            match &mut self.before {
+                Some(copy) => copy.clone_from(current),
+                None => self.before = Some(current.clone()),
+            }
+        }
+        let Some(slot) = self.runs.get_mut(i) else {
+            return Err("run index out of sync".to_owned());
+        };
+        let mut computed = self.assigned.drain(..);
+        for (c, e) in set {
+            match e {
+                Expr::Val(literal) => slot.set_from(*c, literal)?,
+                _ => slot.set(*c, computed.next().ok_or(EVALUATED)?)?,
+            }
+        }
+        Ok(Some(i))
+    }
+
+    /// Counts a request and reports an injected failure for it.
+    fn admit(&mut self, req: &StoreRequest) -> Result<(), StoreError> {
+        self.requests += 1;
+        if self.injected_failure(op_name(req)) {
+            return Err(StoreError(format!("injected failure on {}", op_name(req))));
+        }
+        Ok(())
+    }
+
     fn answer(&mut self, req: StoreRequest) -> Result<StoreReply, String> {
         let now = self.now;
         Ok(match req {
             StoreRequest::Now => StoreReply::Now,
             StoreRequest::ReadRun { run_id } => StoreReply::Run { run: self.run(&run_id).cloned() },
             StoreRequest::UpdateRun { run_id, when, set, want_before } => {
-                let Some(&i) = self.index.get(&run_id) else {
-                    return Ok(StoreReply::RunWrite { before: None, after: None });
-                };
-                let Some(current) = self.runs.get(i) else {
-                    return Err("run index out of sync".to_owned());
-                };
-                if !when.eval(current, now, &self.tables()) {
-                    return Ok(StoreReply::RunWrite { before: None, after: None });
+                match self.write_run(&run_id, &when, &set, want_before)? {
+                    Some(i) => StoreReply::RunWrite {
+                        before: if want_before { self.before.take() } else { None },
+                        after: self.runs.get(i).cloned(),
+                    },
+                    None => StoreReply::RunWrite { before: None, after: None },
                 }
-                let before = want_before.then(|| current.clone());
-                let values = set
-                    .iter()
-                    .map(|(c, e)| e.eval(current, now, &self.tables()).map(|v| (*c, v)))
-                    .collect::<Result<Vec<_>, _>>()?;
-                for (c, v) in &values {
-                    current.check(*c, v)?;
-                }
-                let Some(slot) = self.runs.get_mut(i) else {
-                    return Err("run index out of sync".to_owned());
-                };
-                for (c, v) in values {
-                    slot.set(c, v)?;
-                }
-                StoreReply::RunWrite { before, after: Some(slot.clone()) }
             }
             StoreRequest::ScanRuns { when, order, limit } => {
                 let t = self.tables();
@@ -345,13 +402,136 @@ pub fn op_name(req: &StoreRequest) -> &'static str {
 
 impl LeaseStore for MemoryStore {
     fn execute(&mut self, req: StoreRequest) -> Result<StoreAnswer, StoreError> {
-        self.requests += 1;
-        if self.injected_failure(op_name(&req)) {
-            return Err(StoreError(format!("injected failure on {}", op_name(&req))));
-        }
+        self.admit(&req)?;
         let now = self.now;
         // `answer` evaluates everything before it mutates, so an error changes nothing.
-        let reply = self.answer(req).map_err(|e| StoreError(format!("memory store: {e}")))?;
+        let reply = self.answer(req).map_err(store_error)?;
         Ok(StoreAnswer { now, reply })
+    }
+
+    fn write_run_in_place(&mut self, req: &StoreRequest) -> Option<Result<RunWriteRef<'_>, StoreError>> {
+        let StoreRequest::UpdateRun { run_id, when, set, want_before } = req else {
+            return None;
+        };
+        let now = self.now;
+        let written =
+            self.admit(req).and_then(|()| self.write_run(run_id, when, set, *want_before).map_err(store_error));
+        Some(written.map(|hit| match hit {
+            Some(i) => RunWriteRef {
+                now,
+                before: if *want_before { self.before.as_ref() } else { None },
+                after: self.runs.get(i),
+            },
+            None => RunWriteRef { now, before: None, after: None },
+        }))
+    }
+}
+
+/// `write_run` evaluates every computed assignment before it reads their values.
+const EVALUATED: &str = "assignment read before it was evaluated";
+
+fn store_error(e: String) -> StoreError {
+    StoreError(format!("memory store: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::RunStatus;
+    use crate::request::{Expr, held};
+
+    fn seeded() -> MemoryStore {
+        let t0 = Timestamp(1_785_369_600_000);
+        let mut store = MemoryStore::new(t0);
+        store.insert(RunRow::ready("r1", "heart:resource:1", t0)).unwrap();
+        let mut leased = RunRow::ready("r2", "job:2", t0);
+        leased.status = RunStatus::Leased;
+        leased.lease_owner = Some("w".into());
+        leased.lease_expires_at = Some(Timestamp(t0.0 + 5_000));
+        leased.fencing_epoch = 4;
+        store.insert(leased).unwrap();
+        store
+    }
+
+    /// Run writes of every kind of assignment, good and bad, on a ready run, a held one and
+    /// a missing one, with and without the row before.
+    fn requests() -> Vec<StoreRequest> {
+        let text = |s: &str| Expr::Val(Val::Text(s.into()));
+        let sets: Vec<Vec<Assign<RunCol>>> = vec![
+            vec![(RunCol::UpdatedAt, Expr::Now)],
+            vec![
+                (RunCol::LeaseOwner, text("v")),
+                (RunCol::LeaseExpiresAt, Expr::NowPlus(60_000)),
+                (RunCol::Status, text("leased")),
+                (RunCol::FencingEpoch, Expr::Add(RunCol::FencingEpoch, 1)),
+                (
+                    RunCol::Retries,
+                    Expr::Case(
+                        Box::new(Cond::Eq(RunCol::Status, Val::Text("ready".into()))),
+                        Box::new(Expr::Add(RunCol::Retries, 0)),
+                        Box::new(Expr::Add(RunCol::Retries, 1)),
+                    ),
+                ),
+            ],
+            vec![(RunCol::Status, text("ready")), (RunCol::LeaseOwner, Expr::Val(Val::Null))],
+            vec![(RunCol::Status, Expr::Val(Val::Int(3)))],
+            vec![(RunCol::Status, text("bogus"))],
+            vec![(RunCol::Id, text("x"))],
+            vec![(RunCol::Retries, Expr::Add(RunCol::Status, 1))],
+            vec![(RunCol::LeaseExpiresAt, Expr::NowPlus(i64::MAX))],
+            vec![(RunCol::UpdatedAt, Expr::Val(Val::Null))],
+            vec![(RunCol::Status, text("failed")), (RunCol::Retries, text("no"))],
+            vec![],
+        ];
+        let mut requests = Vec::new();
+        for run_id in ["r1", "r2", "missing"] {
+            for when in [Cond::True, held()] {
+                for set in &sets {
+                    for want_before in [false, true] {
+                        requests.push(StoreRequest::UpdateRun {
+                            run_id: run_id.into(),
+                            when: when.clone(),
+                            set: set.clone(),
+                            want_before,
+                        });
+                    }
+                }
+            }
+        }
+        requests
+    }
+
+    fn lent_as_owned(lent: Result<RunWriteRef<'_>, StoreError>) -> Result<StoreAnswer, StoreError> {
+        lent.map(|w| StoreAnswer {
+            now: w.now,
+            reply: StoreReply::RunWrite { before: w.before.cloned(), after: w.after.cloned() },
+        })
+    }
+
+    #[test]
+    fn a_run_written_in_place_is_answered_as_execute_answers_it() {
+        for fail in [None, Some("update_run"), Some("*")] {
+            for req in requests() {
+                let (mut owned, mut lent) = (seeded(), seeded());
+                if let Some(op) = fail {
+                    owned.fail_next(op, 1);
+                    lent.fail_next(op, 1);
+                }
+                let want = owned.execute(req.clone());
+                assert_eq!(lent.write_run_in_place(&req).map(lent_as_owned), Some(want), "{req:?}");
+                assert_eq!(lent.runs(), owned.runs());
+                assert_eq!(lent.request_count(), owned.request_count());
+            }
+        }
+        // One store through every request in turn: the buffers it reuses carry nothing over.
+        let (mut owned, mut lent) = (seeded(), seeded());
+        for req in requests().into_iter().cycle().take(400) {
+            let want = owned.execute(req.clone());
+            assert_eq!(lent.write_run_in_place(&req).map(lent_as_owned), Some(want), "{req:?}");
+            assert_eq!(lent.runs(), owned.runs());
+            owned.advance(7);
+            lent.advance(7);
+        }
+        assert!(lent.write_run_in_place(&StoreRequest::ReadRun { run_id: "r1".into() }).is_none());
     }
 }

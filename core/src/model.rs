@@ -98,7 +98,7 @@ impl fmt::Display for RunStatus {
 }
 
 /// A row of `agent_runs`, with the reference's fields in its order plus `fencing_epoch`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
     /// Primary key (a UUID in PostgreSQL).
     pub id: String,
@@ -146,6 +146,75 @@ pub struct RunRow {
     /// Monotonic fencing epoch, raised by every successful acquire (not in the reference).
     #[serde(default)]
     pub fencing_epoch: i64,
+}
+
+// By hand for `clone_from`: field by field, so a copy kept for reuse (the memory store's row
+// before a write) takes a new row's values into the buffers it already has.
+impl Clone for RunRow {
+    fn clone(&self) -> RunRow {
+        RunRow {
+            id: self.id.clone(),
+            task_id: self.task_id.clone(),
+            assignment_id: self.assignment_id.clone(),
+            objective: self.objective.clone(),
+            required_capabilities: self.required_capabilities.clone(),
+            status: self.status,
+            assigned_agent: self.assigned_agent.clone(),
+            lease_owner: self.lease_owner.clone(),
+            lease_expires_at: self.lease_expires_at,
+            retries: self.retries,
+            budget: self.budget.clone(),
+            approval_state: self.approval_state.clone(),
+            visibility: self.visibility.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+            created_by: self.created_by.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            fencing_epoch: self.fencing_epoch,
+        }
+    }
+
+    fn clone_from(&mut self, source: &RunRow) {
+        // Destructured so that a new field cannot be forgotten here.
+        let RunRow {
+            id,
+            task_id,
+            assignment_id,
+            objective,
+            required_capabilities,
+            status,
+            assigned_agent,
+            lease_owner,
+            lease_expires_at,
+            retries,
+            budget,
+            approval_state,
+            visibility,
+            idempotency_key,
+            created_by,
+            created_at,
+            updated_at,
+            fencing_epoch,
+        } = source;
+        self.id.clone_from(id);
+        self.task_id.clone_from(task_id);
+        self.assignment_id.clone_from(assignment_id);
+        self.objective.clone_from(objective);
+        self.required_capabilities.clone_from(required_capabilities);
+        self.status = *status;
+        self.assigned_agent.clone_from(assigned_agent);
+        self.lease_owner.clone_from(lease_owner);
+        self.lease_expires_at = *lease_expires_at;
+        self.retries = *retries;
+        self.budget.clone_from(budget);
+        self.approval_state.clone_from(approval_state);
+        self.visibility.clone_from(visibility);
+        self.idempotency_key.clone_from(idempotency_key);
+        self.created_by.clone_from(created_by);
+        self.created_at = *created_at;
+        self.updated_at = *updated_at;
+        self.fencing_epoch = *fencing_epoch;
+    }
 }
 
 fn default_approval() -> String {
@@ -357,5 +426,35 @@ impl InstanceRow {
     /// `isInstanceExpired`: dead, or silent for strictly more than `ttl_ms`.
     pub fn is_expired(&self, now: Timestamp, ttl_ms: i64) -> bool {
         self.status == InstanceStatus::Dead || now.0 - self.last_heartbeat.0 > ttl_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clone_from_copies_every_field() {
+        let mut full = RunRow::ready("run-1", "heart:resource:1", Timestamp(5));
+        full.task_id = Some("task".into());
+        full.required_capabilities = vec!["gpu".into(), "net".into()];
+        full.status = RunStatus::Running;
+        full.assigned_agent = Some("agent".into());
+        full.lease_owner = Some("worker".into());
+        full.lease_expires_at = Some(Timestamp(9));
+        full.retries = 3;
+        full.budget = Some(serde_json::json!({"usd": 2}));
+        full.approval_state = "approved".into();
+        full.visibility = "public".into();
+        full.created_by = "me".into();
+        full.updated_at = Timestamp(8);
+        full.fencing_epoch = 4;
+        let mut copy = RunRow::ready("other", "other-key", Timestamp(1));
+        copy.clone_from(&full);
+        assert_eq!(copy, full);
+        let plain = RunRow::ready("r", "k", Timestamp(2));
+        copy.clone_from(&plain);
+        assert_eq!(copy, plain);
+        assert_eq!(full.clone(), full);
     }
 }

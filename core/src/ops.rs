@@ -1,21 +1,29 @@
 //! Every operation, as a sans-I/O [`Machine`]. Each function validates its input first
-//! (`invalid-input`, no store call), then describes the operation as straight-line code.
-//! The deliberate fixes of DESIGN.md are marked `fix N` where they shape a condition.
+//! (`invalid-input`, no store call), then describes the operation as straight-line code; the
+//! lease operations (acquire, renew, release, verify), on the hot path of every worker, are
+//! plain state machines instead (the `lease` submodule).
+//! The deliberate fixes (docs/ARCHITECTURE.md, "Deliberate fixes") are marked `fix N` where
+//! they shape a condition.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::canonical;
 use crate::error::{ErrorCode, HeartError};
-use crate::machine::{Answer, Io, Machine, Need, ProbeVerdict, mismatch};
+use crate::machine::{Answer, Emit, Io, Machine, Need, ProbeVerdict, mismatch};
 use crate::metrics::Counter;
 use crate::model::{CHANNELS, FencingToken, InstanceRow, IntentRow, IntentState, RunRow, RunStatus};
 use crate::receipt::{HeartEvent, HeartReceipt};
 use crate::request::{
     Assign, Cond, Expr, InstanceCol, IntentCol, NewIntent, NewRun, RunCol, RunOrder, StoreReply, StoreRequest, Val,
-    held, holds_token,
+    held,
 };
 use crate::time::Timestamp;
+
+pub(crate) mod lease;
+
+use lease::Reply;
+pub use lease::{acquire, release, renew, verify_fence};
 
 /// The longest lease: one year, in seconds.
 pub const MAX_TTL_SECONDS: i64 = 31_536_000;
@@ -362,7 +370,7 @@ fn recovery_set(cfg: FleetConfig) -> Vec<Assign<RunCol>> {
 }
 
 /// Emits the receipt and counter of one recovery, returning whether it quarantined.
-fn record_recovery(io: &Io, before_owner: Option<&str>, after: &RunRow, now: Timestamp) -> bool {
+fn record_recovery(out: &mut (impl Emit + ?Sized), before_owner: Option<&str>, after: &RunRow, now: Timestamp) -> bool {
     let owner = before_owner.unwrap_or("unknown");
     let quarantined = after.status == RunStatus::Quarantined;
     let (counter, event) = if quarantined {
@@ -370,237 +378,23 @@ fn record_recovery(io: &Io, before_owner: Option<&str>, after: &RunRow, now: Tim
     } else {
         (Counter::Reclaims, HeartEvent::Reclaimed)
     };
-    io.bump(counter);
-    io.receipt(HeartReceipt::new(event, &after.id, owner, None, None, now));
+    out.bump(counter);
+    out.receipt(event, &after.id, owner, None, None, now);
     quarantined
 }
 
-/// `acquire(runId, owner, ttlSeconds)`. Common path: one conditional write ("update where
-/// acquirable at `now`", returning the row before and after); only a miss is followed by
-/// a read that explains it.
-pub fn acquire(cfg: FleetConfig, run_id: &str, owner: &str, ttl_seconds: i64) -> Machine<AcquireResult> {
-    let valid = require("runId", run_id).and(require("owner", owner)).and(validate_ttl(ttl_seconds));
-    let ttl_ms = match valid {
-        Ok(ms) => ms,
-        Err(e) => {
-            // DESIGN (Errors): acquire keeps the reference's result shape for bad input.
-            let _ = e;
-            return Machine::done(Ok(AcquireResult::failed(None, "Invalid input", ErrorCode::InvalidInput)));
-        }
-    };
-    let (run_id, owner) = (run_id.to_owned(), owner.to_owned());
-    Machine::new(move |io| async move {
-        io.bump(Counter::AcquireAttempts);
-        let mut takeover = vec![held(), Cond::ExpiredAt(RunCol::LeaseExpiresAt)];
-        if let Some(c) = at_ceiling(cfg) {
-            takeover.push(Cond::Not(Box::new(c)));
-        }
-        let acquirable = Cond::Or(vec![Cond::Eq(RunCol::Status, Val::status(RunStatus::Ready)), Cond::And(takeover)]);
-        let was_ready = Cond::Eq(RunCol::Status, Val::status(RunStatus::Ready));
-        let set = vec![
-            (RunCol::LeaseOwner, Expr::Val(Val::Text(owner.clone()))),
-            (RunCol::LeaseExpiresAt, Expr::NowPlus(ttl_ms)),
-            (RunCol::Status, Expr::Val(Val::status(RunStatus::Leased))),
-            (RunCol::UpdatedAt, Expr::Now),
-            (RunCol::FencingEpoch, Expr::Add(RunCol::FencingEpoch, 1)),
-            // fix 3: a takeover of a dead holder's lease counts as a recovery.
-            (
-                RunCol::Retries,
-                Expr::Case(
-                    Box::new(was_ready),
-                    Box::new(Expr::Add(RunCol::Retries, 0)),
-                    Box::new(Expr::Add(RunCol::Retries, 1)),
-                ),
-            ),
-        ];
-        let (now, before, after) =
-            update_run(&io, "acquire: conditional write", &run_id, acquirable, set, true).await?;
-        if let Some(after) = after {
-            if let Some(prev) = before.as_ref().filter(|b| b.status.is_held()) {
-                io.bump(Counter::Reclaims);
-                let prev_owner = prev.lease_owner.as_deref().unwrap_or("unknown");
-                io.receipt(HeartReceipt::new(HeartEvent::Reclaimed, &run_id, prev_owner, None, None, now));
-            }
-            io.bump(Counter::AcquireWins);
-            let Some(expiry) = after.lease_expires_at else {
-                return Err(HeartError::new(
-                    ErrorCode::StoreProtocol,
-                    "acquire: the store returned a lease without an expiry",
-                ));
-            };
-            io.receipt(HeartReceipt::new(HeartEvent::Acquired, &run_id, &owner, Some(expiry), None, now));
-            let fence = FencingToken {
-                run_id: run_id.clone(),
-                owner: owner.clone(),
-                lease_expires_at: expiry,
-                epoch: Some(after.fencing_epoch),
-            };
-            return Ok(AcquireResult {
-                acquired: true,
-                run: Some(after),
-                fence: Some(fence),
-                reason: None,
-                code: None,
-            });
-        }
-        let (now, row) = read_run(&io, "acquire: read after a miss", &run_id).await?;
-        let Some(row) = row else {
-            return Ok(AcquireResult::failed(None, "Run not found", ErrorCode::RunNotFound));
-        };
-        let ceiling = cfg.max_retries.is_some_and(|max| row.retries + 1 > i64::from(max));
-        if row.status.is_held() && row.lease_expired(now) && ceiling {
-            // fix 3: the dead holder's run is at the ceiling: quarantine it in one write.
-            let when = Cond::And(vec![
-                held(),
-                Cond::Eq(RunCol::Status, Val::status(row.status)),
-                Cond::Eq(RunCol::LeaseOwner, Val::opt_text(row.lease_owner.as_deref())),
-                Cond::Eq(RunCol::LeaseExpiresAt, Val::opt_time(row.lease_expires_at)),
-                Cond::ExpiredAt(RunCol::LeaseExpiresAt),
-            ]);
-            let (now, _, after) =
-                update_run(&io, "acquire: quarantine at the ceiling", &run_id, when, recovery_set(cfg), false).await?;
-            if let Some(after) = after {
-                record_recovery(&io, row.lease_owner.as_deref(), &after, now);
-                return Ok(AcquireResult::failed(
-                    Some(after),
-                    "Quarantined: the run reached its retry ceiling",
-                    ErrorCode::Quarantined,
-                ));
-            }
-            io.bump(Counter::AcquireCollisions);
-            return Ok(AcquireResult::failed(
-                Some(row),
-                "Collision: another owner won the lease",
-                ErrorCode::Collision,
-            ));
-        }
-        io.bump(Counter::AcquireCollisions);
-        if !row.can_acquire(now) {
-            let code = if row.status == RunStatus::Quarantined { ErrorCode::Quarantined } else { ErrorCode::LeaseHeld };
-            let reason = format!("Cannot acquire: status '{}', lease not expired", row.status);
-            return Ok(AcquireResult::failed(Some(row), reason, code));
-        }
-        Ok(AcquireResult::failed(Some(row), "Collision: another owner won the lease", ErrorCode::Collision))
-    })
-}
-
-/// `renew(fence, ttlSeconds)`: one conditional write (fix 2: an expired token is refused).
-pub fn renew(token: &FencingToken, ttl_seconds: i64) -> Machine<Fenced<FencingToken>> {
-    let ttl_ms = match validate_token(token).and(validate_ttl(ttl_seconds)) {
-        Ok(ms) => ms,
-        Err(e) => return Machine::done(Err(e)),
-    };
-    let token = token.clone();
-    Machine::new(move |io| async move {
-        let set = vec![(RunCol::LeaseExpiresAt, Expr::NowPlus(ttl_ms)), (RunCol::UpdatedAt, Expr::Now)];
-        let (now, _, after) =
-            update_run(&io, "renew: conditional write", &token.run_id, holds_token(&token), set, false).await?;
-        match after.and_then(|a| a.lease_expires_at) {
-            Some(expiry) => {
-                io.bump(Counter::Renews);
-                io.receipt(HeartReceipt::new(
-                    HeartEvent::Renewed,
-                    &token.run_id,
-                    &token.owner,
-                    Some(expiry),
-                    None,
-                    now,
-                ));
-                Ok(Fenced::Ok { value: FencingToken { lease_expires_at: expiry, ..token } })
-            }
-            None => {
-                io.bump(Counter::RenewFailures);
-                io.receipt(HeartReceipt::new(
-                    HeartEvent::FenceRejected,
-                    &token.run_id,
-                    &token.owner,
-                    Some(token.lease_expires_at),
-                    None,
-                    now,
-                ));
-                let (now, row) = read_run(&io, "renew: read after a refusal", &token.run_id).await?;
-                Ok(Fenced::Rejected { cause: LostCause::explain(row.as_ref(), &token, now) })
-            }
-        }
-    })
-}
-
-/// `release(fence, nextStatus)`: one conditional write (fix 2: an expired token is refused).
-/// `ReleaseTo::Ready` is for resource runs only (fix 8) and also resets `retries`.
-pub fn release(token: &FencingToken, to: ReleaseTo) -> Machine<Fenced<RunRow>> {
-    if let Err(e) = validate_token(token) {
-        return Machine::done(Err(e));
-    }
-    let token = token.clone();
-    Machine::new(move |io| async move {
-        let mut when = holds_token(&token);
-        let mut set = vec![
-            (RunCol::LeaseOwner, Expr::Val(Val::Null)),
-            (RunCol::LeaseExpiresAt, Expr::Val(Val::Null)),
-            (RunCol::Status, Expr::Val(Val::status(to.status()))),
-            (RunCol::UpdatedAt, Expr::Now),
-        ];
-        if to == ReleaseTo::Ready {
-            when = Cond::And(vec![when, Cond::StartsWith(RunCol::IdempotencyKey, RESOURCE_PREFIX.to_owned())]);
-            set.push((RunCol::Retries, Expr::Val(Val::Int(0))));
-        }
-        let (now, _, after) = update_run(&io, "release: conditional write", &token.run_id, when, set, false).await?;
-        if let Some(row) = after {
-            io.bump(Counter::Releases);
-            io.receipt(HeartReceipt::new(HeartEvent::Released, &token.run_id, &token.owner, None, None, now));
-            return Ok(Fenced::Ok { value: row });
-        }
-        let (now2, row) = read_run(&io, "release: read after a refusal", &token.run_id).await?;
-        if to == ReleaseTo::Ready
-            && let Some(r) = row.as_ref().filter(|r| !r.idempotency_key.starts_with(RESOURCE_PREFIX))
-        {
-            return Err(HeartError::invalid(format!(
-                "release to ready is only for resource runs ({RESOURCE_PREFIX}… keys); run {} has key {:?}",
-                r.id, r.idempotency_key
-            )));
-        }
-        io.bump(Counter::ReleaseFailures);
-        io.receipt(HeartReceipt::new(
-            HeartEvent::FenceRejected,
-            &token.run_id,
-            &token.owner,
-            Some(token.lease_expires_at),
-            None,
-            now,
-        ));
-        Ok(Fenced::Rejected { cause: LostCause::explain(row.as_ref(), &token, now2) })
-    })
-}
-
-async fn verify_inner(io: &Io, token: &FencingToken) -> Result<(bool, Timestamp), HeartError> {
-    // fix 2: one conditional write that writes nothing when it rejects.
-    let set = vec![(RunCol::UpdatedAt, Expr::Now)];
-    let (now, _, after) =
-        update_run(io, "verify: conditional write", &token.run_id, holds_token(token), set, false).await?;
-    let ok = after.is_some();
-    let (counter, event) = if ok {
-        (Counter::FenceVerifications, HeartEvent::FenceVerified)
-    } else {
-        (Counter::FenceRejections, HeartEvent::FenceRejected)
-    };
-    io.bump(counter);
-    io.receipt(HeartReceipt::new(event, &token.run_id, &token.owner, Some(token.lease_expires_at), None, now));
-    Ok((ok, now))
-}
-
-/// `verifyFence(fence)`.
-pub fn verify_fence(token: &FencingToken) -> Machine<bool> {
-    if let Err(e) = validate_token(token) {
-        return Machine::done(Err(e));
-    }
-    let token = token.clone();
-    Machine::new(move |io| async move { Ok(verify_inner(&io, &token).await?.0) })
+async fn verify_inner(io: &mut Io, token: &FencingToken) -> Result<(bool, Timestamp), HeartError> {
+    let mut answer = io.ask(Need::Store(lease::verify_request(token))).await?;
+    let written = Reply::Owned(&mut answer).written(lease::VERIFY_STEP)?;
+    let live = written.after.row().is_some();
+    lease::record_verification(io, token, live, written.now);
+    Ok((live, written.now))
 }
 
 /// `reclaimExpired({limit})`: scan expired held leases (fix 1: `<= now`), then one
 /// conditional recovery write per run (fix 3 bookkeeping; the ceiling quarantines).
 pub fn reclaim_expired(cfg: FleetConfig, limit: u32) -> Machine<ReclaimSummary> {
-    Machine::new(move |io| async move {
+    Machine::new(move |mut io| async move {
         let when = Cond::And(vec![held(), Cond::ExpiredAt(RunCol::LeaseExpiresAt)]);
         let a = io.store("reclaim: scan", StoreRequest::ScanRuns { when, order: RunOrder::ExpiresAt, limit }).await?;
         let runs = match a.reply {
@@ -623,7 +417,7 @@ pub fn reclaim_expired(cfg: FleetConfig, limit: u32) -> Machine<ReclaimSummary> 
             let (now, _, after) = update_run(&io, &step, &run.id, when, recovery_set(cfg), false).await?;
             match after {
                 Some(after) => {
-                    if record_recovery(&io, run.lease_owner.as_deref(), &after, now) {
+                    if record_recovery(&mut io, run.lease_owner.as_deref(), &after, now) {
                         summary.quarantined_ids.push(run.id);
                     } else {
                         summary.reclaimed_count += 1;
@@ -647,8 +441,8 @@ pub fn guard_irreversible(token: &FencingToken, effect_key: &str) -> Machine<Gua
         return Machine::done(Err(e));
     }
     let (token, key) = (token.clone(), effect_key.to_owned());
-    Machine::new(move |io| async move {
-        let (live, now) = verify_inner(&io, &token).await?;
+    Machine::new(move |mut io| async move {
+        let (live, now) = verify_inner(&mut io, &token).await?;
         if !live {
             return Ok(GuardResult {
                 committed: false,
@@ -771,8 +565,8 @@ pub fn send_once(token: &FencingToken, channel: &str, effect_key: &str, payload:
         payload_digest: canonical::payload_digest(payload),
     };
     let token = token.clone();
-    Machine::new(move |io| async move {
-        if !verify_inner(&io, &token).await?.0 {
+    Machine::new(move |mut io| async move {
+        if !verify_inner(&mut io, &token).await?.0 {
             return Ok(SendResult::refused("fence-rejected", ErrorCode::FenceRejected));
         }
         let key = intent.effect_key.clone();
@@ -999,7 +793,7 @@ pub fn reconcile_outbox(max_attempts: i64, limit: u32) -> Machine<ReconcileSumma
 /// dead earlier whose runs a previous pass did not reach), one conditional write each, with
 /// fix 3's bookkeeping.
 pub fn reclaim_dead_instance_runs(cfg: FleetConfig, ttl_ms: i64, limit: u32) -> Machine<LivenessSummary> {
-    Machine::new(move |io| async move {
+    Machine::new(move |mut io| async move {
         let dead = Val::Text("dead".into());
         let when = Cond::And(vec![
             Cond::Not(Box::new(Cond::Eq(InstanceCol::Status, dead.clone()))),
@@ -1040,7 +834,7 @@ pub fn reclaim_dead_instance_runs(cfg: FleetConfig, ttl_ms: i64, limit: u32) -> 
             let (now, _, after) = update_run(&io, &step, &run.id, when, recovery_set(cfg), false).await?;
             match after {
                 Some(after) => {
-                    if record_recovery(&io, run.lease_owner.as_deref(), &after, now) {
+                    if record_recovery(&mut io, run.lease_owner.as_deref(), &after, now) {
                         s.quarantined_ids.push(run.id);
                     } else {
                         s.reclaimed_count += 1;

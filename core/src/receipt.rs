@@ -127,17 +127,59 @@ impl HeartReceipt {
         effect_key: Option<&str>,
         at: Timestamp,
     ) -> HeartReceipt {
-        let expiry = lease_expires_at.map(|t| t.to_iso());
-        HeartReceipt {
+        let mut receipt = HeartReceipt {
             schema_version: std::borrow::Cow::Borrowed(SCHEMA_VERSION),
             event,
-            run_id: run_id.to_owned(),
-            owner: owner.to_owned(),
-            digest: receipt_digest(event.as_str(), run_id, owner, expiry.as_deref(), effect_key),
-            lease_expires_at: expiry,
-            effect_key: effect_key.map(str::to_owned),
-            at: at.to_iso(),
+            run_id: String::new(),
+            owner: String::new(),
+            lease_expires_at: None,
+            effect_key: None,
+            at: String::new(),
+            digest: String::with_capacity(canonical::DIGEST_PREFIX.len() + 64),
+        };
+        receipt.rebuild(event, run_id, owner, lease_expires_at, effect_key, at);
+        receipt
+    }
+
+    /// Turns this receipt into the one [`HeartReceipt::new`] builds from these fields, reusing
+    /// its strings' buffers: a sink is handed one receipt rebuilt in place for every emission,
+    /// so emitting allocates nothing.
+    pub(crate) fn rebuild(
+        &mut self,
+        event: HeartEvent,
+        run_id: &str,
+        owner: &str,
+        lease_expires_at: Option<Timestamp>,
+        effect_key: Option<&str>,
+        at: Timestamp,
+    ) {
+        self.schema_version = std::borrow::Cow::Borrowed(SCHEMA_VERSION);
+        self.event = event;
+        run_id.clone_into(&mut self.run_id);
+        owner.clone_into(&mut self.owner);
+        match lease_expires_at {
+            Some(t) => {
+                let slot = self.lease_expires_at.get_or_insert_default();
+                slot.clear();
+                t.write_iso(slot);
+            }
+            None => self.lease_expires_at = None,
         }
+        match effect_key {
+            Some(k) => k.clone_into(self.effect_key.get_or_insert_default()),
+            None => self.effect_key = None,
+        }
+        self.at.clear();
+        at.write_iso(&mut self.at);
+        self.digest.clear();
+        canonical::receipt_digest_into(
+            event.as_str(),
+            &self.run_id,
+            &self.owner,
+            self.lease_expires_at.as_deref(),
+            self.effect_key.as_deref(),
+            &mut self.digest,
+        );
     }
 
     /// The receipt as one JSON line (fields in the reference's order).
@@ -236,6 +278,31 @@ mod tests {
         assert!(verify_receipt(&v).is_ok());
         let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
         assert_eq!(keys.len(), 8);
+    }
+
+    #[test]
+    fn a_receipt_rebuilt_in_place_is_the_receipt_built_anew() {
+        let fields = [
+            (HeartEvent::Acquired, "run-1", "worker-A", Some(Timestamp(1_785_369_660_000)), None, Timestamp(0)),
+            (HeartEvent::Released, "r", "w", None, None, Timestamp(1_785_369_600_000)),
+            (
+                HeartEvent::EffectCommitted,
+                "a \"quoted\" run",
+                "w\n2",
+                Some(Timestamp(5)),
+                Some("effect:1"),
+                Timestamp(-1),
+            ),
+            (HeartEvent::FenceVerified, "run-1", "worker-A", Some(Timestamp(7)), None, Timestamp(7)),
+            (HeartEvent::EffectDeduped, "", "", None, Some("k"), Timestamp(9)),
+        ];
+        let mut reused = HeartReceipt::new(HeartEvent::Requeued, "x", "y", None, None, Timestamp(1));
+        for _ in 0..2 {
+            for (event, run_id, owner, expiry, key, at) in fields {
+                reused.rebuild(event, run_id, owner, expiry, key, at);
+                assert_eq!(reused, HeartReceipt::new(event, run_id, owner, expiry, key, at));
+            }
+        }
     }
 
     #[test]

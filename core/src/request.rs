@@ -474,6 +474,19 @@ pub struct StoreAnswer {
     pub reply: StoreReply,
 }
 
+/// The answer to a [`StoreRequest::UpdateRun`] from a store that wrote the run in place
+/// ([`LeaseStore::write_run_in_place`](crate::LeaseStore::write_run_in_place)): what
+/// [`StoreReply::RunWrite`] says, with the rows lent by the store instead of copied.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunWriteRef<'a> {
+    /// The store's clock.
+    pub now: Timestamp,
+    /// The row before the write (hits with `want_before` only).
+    pub before: Option<&'a RunRow>,
+    /// The row after the write; `None` when the condition did not hold or the run is missing.
+    pub after: Option<&'a RunRow>,
+}
+
 /// Read access to the other tables, for the cross-table conditions.
 pub trait Lookup {
     /// The run with this id.
@@ -540,7 +553,22 @@ impl<C: Copy> Cond<C> {
 impl<C: Copy> Expr<C> {
     /// Evaluates the assignment against `row` (the row before the write) at `now`.
     pub fn eval<R: Record<Col = C>>(&self, row: &R, now: Timestamp, lookup: &dyn Lookup) -> Result<Val, String> {
-        Ok(match self {
+        let mut value = Val::Null;
+        self.eval_into(row, now, lookup, &mut value)?;
+        Ok(value)
+    }
+
+    /// [`Expr::eval`], written into `out`: a store that evaluates a write's assignments into
+    /// a buffer writes each value once, in place (a value returned and then moved into the
+    /// buffer is copied right after being written, which stalls the copy).
+    pub(crate) fn eval_into<R: Record<Col = C>>(
+        &self,
+        row: &R,
+        now: Timestamp,
+        lookup: &dyn Lookup,
+        out: &mut Val,
+    ) -> Result<(), String> {
+        *out = match self {
             Expr::Val(v) => v.clone(),
             Expr::Now => Val::Time(now),
             Expr::NowPlus(ms) => Val::Time(now.plus_millis(*ms).ok_or("timestamp out of range")?),
@@ -549,13 +577,11 @@ impl<C: Copy> Expr<C> {
                 Val::Int(x.checked_add(*n).ok_or("integer overflow")?)
             }
             Expr::Case(cond, a, b) => {
-                if cond.eval(row, now, lookup) {
-                    a.eval(row, now, lookup)?
-                } else {
-                    b.eval(row, now, lookup)?
-                }
+                let chosen = if cond.eval(row, now, lookup) { a } else { b };
+                return chosen.eval_into(row, now, lookup, out);
             }
-        })
+        };
+        Ok(())
     }
 }
 
@@ -656,6 +682,20 @@ impl Record for RunRow {
     }
     fn run_ref(&self) -> (&str, Option<&str>) {
         (&self.id, self.lease_owner.as_deref())
+    }
+}
+
+impl RunRow {
+    /// [`Record::set`] from a borrowed value: a literal assignment's value is applied from the
+    /// request without a copy where the column does not keep it (a status is parsed).
+    pub(crate) fn set_from(&mut self, col: RunCol, val: &Val) -> Result<(), String> {
+        match (col, val) {
+            (RunCol::Status, Val::Text(t)) => {
+                self.status = RunStatus::parse(t).map_err(|e| e.message)?;
+                Ok(())
+            }
+            _ => self.set(col, val.clone()),
+        }
     }
 }
 

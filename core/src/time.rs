@@ -17,6 +17,20 @@ pub struct Timestamp(pub i64);
 const MIN_MS: i64 = -62_167_219_200_000;
 /// The last instant with a four-digit year (9999-12-31T23:59:59.999Z).
 const MAX_MS: i64 = 253_402_300_799_999;
+/// Milliseconds in a day.
+const DAY_MS: u64 = 86_400_000;
+/// Length of the `toISOString()` form.
+const ISO_LEN: usize = 24;
+/// `"00"` to `"99"`.
+const DIGIT_PAIRS: [[u8; 2]; 100] = {
+    let mut pairs = [[0; 2]; 100];
+    let mut i = 0;
+    while i < 100 {
+        pairs[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
+        i += 1;
+    }
+    pairs
+};
 
 /// A timestamp string that is not an ISO-8601 instant the core understands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,31 +62,36 @@ impl Timestamp {
     /// `toISOString()` form. Instants outside years 0000-9999 are clamped; the core never
     /// creates them (ttl is at most one year and parsing rejects them).
     pub fn to_iso(self) -> String {
-        let ms = self.0.clamp(MIN_MS, MAX_MS);
-        let days = ms.div_euclid(86_400_000);
-        let in_day = ms.rem_euclid(86_400_000);
-        let (y, m, d) = civil_from_days(days);
+        let mut out = String::with_capacity(ISO_LEN);
+        self.write_iso(&mut out);
+        out
+    }
+
+    /// Appends the [`Timestamp::to_iso`] form to `out` (receipts rebuilt in place reuse their
+    /// strings this way).
+    pub(crate) fn write_iso(self, out: &mut String) {
+        let b = self.iso_bytes();
+        out.push_str(std::str::from_utf8(&b).unwrap_or_default());
+    }
+
+    /// The 24 ASCII bytes of the `toISOString()` form (hand-rolled in unsigned 32-bit
+    /// arithmetic, two digits per table lookup: this runs for every receipt and every SQL
+    /// parameter).
+    fn iso_bytes(self) -> [u8; ISO_LEN] {
+        // Milliseconds since 0000-01-01 (not negative after the clamp) split into days and
+        // the time of day; years stay in 0000-9999, so every field fits its digits.
+        let since_year_0 = self.0.clamp(MIN_MS, MAX_MS).abs_diff(MIN_MS);
+        let days = since_year_0 / DAY_MS;
+        let in_day = (since_year_0 % DAY_MS) as u32;
+        let (y, m, d) = civil_from_days(days as u32);
         let (h, rest) = (in_day / 3_600_000, in_day % 3_600_000);
         let (mi, rest) = (rest / 60_000, rest % 60_000);
         let (s, milli) = (rest / 1000, rest % 1000);
-        // Hand-rolled: this runs for every receipt and every SQL parameter.
-        let mut b = *b"0000-00-00T00:00:00.000Z";
-        let mut put = |at: usize, width: usize, mut v: i64| {
-            for i in (at..at + width).rev() {
-                if let Some(slot) = b.get_mut(i) {
-                    *slot = b'0' + (v % 10) as u8;
-                }
-                v /= 10;
-            }
-        };
-        put(0, 4, y);
-        put(5, 2, m);
-        put(8, 2, d);
-        put(11, 2, h);
-        put(14, 2, mi);
-        put(17, 2, s);
-        put(20, 3, milli);
-        b.iter().map(|&c| char::from(c)).collect()
+        let pair = |v: u32| DIGIT_PAIRS[(v % 100) as usize];
+        let ([y0, y1], [y2, y3], [m0, m1], [d0, d1]) = (pair(y / 100), pair(y), pair(m), pair(d));
+        let ([h0, h1], [i0, i1], [s0, s1], [f1, f2]) = (pair(h), pair(mi), pair(s), pair(milli));
+        let f0 = b'0' + (milli / 100) as u8;
+        [y0, y1, y2, y3, b'-', m0, m1, b'-', d0, d1, b'T', h0, h1, b':', i0, i1, b':', s0, s1, b'.', f0, f1, f2, b'Z']
     }
 
     /// Parses an ISO-8601 instant with a `Z` or `±HH:MM` offset, truncating below milliseconds.
@@ -83,13 +102,13 @@ impl Timestamp {
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_iso())
+        f.write_str(std::str::from_utf8(&self.iso_bytes()).unwrap_or_default())
     }
 }
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_iso())
+        s.serialize_str(std::str::from_utf8(&self.iso_bytes()).unwrap_or_default())
     }
 }
 
@@ -172,7 +191,7 @@ fn days_in_month(y: i64, m: i64) -> i64 {
     }
 }
 
-// Howard Hinnant's days_from_civil / civil_from_days (public domain algorithms).
+// Howard Hinnant's days_from_civil (a public domain algorithm).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
@@ -183,16 +202,28 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { yoe + era * 400 + 1 } else { yoe + era * 400 }, m, d)
+/// The Gregorian (year, month, day) of a day counted from 0000-01-01, for years 0000-9999:
+/// Neri and Schneider's algorithm ("Euclidean affine functions and their application to
+/// calendar algorithms", 2022), all unsigned 32-bit arithmetic without divisions by
+/// anything but constants.
+fn civil_from_days(days_since_year_0: u32) -> (u32, u32, u32) {
+    // The computational calendar starts on 0000-03-01; days are shifted by 82 cycles of 400
+    // years so that every intermediate stays positive.
+    const CYCLES: u32 = 82;
+    const SHIFT: u32 = 146_097 * CYCLES - 60;
+    let n = days_since_year_0 + SHIFT;
+    let n1 = 4 * n + 3;
+    let century = n1 / 146_097;
+    let n_c = n1 % 146_097 / 4;
+    let p2 = 2_939_745 * u64::from(4 * n_c + 3);
+    let year_of_century = (p2 >> 32) as u32;
+    let day_of_year = (p2 as u32) / 2_939_745 / 4;
+    let n3 = 2141 * day_of_year + 197_913;
+    let (month, day) = (n3 / 65_536, n3 % 65_536 / 2141 + 1);
+    // January and February belong to the next Gregorian year.
+    let jan_feb = day_of_year >= 306;
+    let year = 100 * century + year_of_century + u32::from(jan_feb) - 400 * CYCLES;
+    (year, if jan_feb { month - 12 } else { month }, day)
 }
 
 #[cfg(test)]
@@ -207,6 +238,11 @@ mod tests {
         assert_eq!(t.to_iso(), "2026-07-30T00:01:00.000Z");
         assert_eq!(Timestamp(-1).to_iso(), "1969-12-31T23:59:59.999Z");
         assert_eq!(Timestamp(951_782_400_000).to_iso(), "2000-02-29T00:00:00.000Z");
+        assert_eq!(Timestamp(MIN_MS).to_iso(), "0000-01-01T00:00:00.000Z");
+        assert_eq!(Timestamp(MIN_MS - 1).to_iso(), "0000-01-01T00:00:00.000Z");
+        assert_eq!(Timestamp(MIN_MS + 59 * 86_400_000 + 1).to_iso(), "0000-02-29T00:00:00.001Z");
+        assert_eq!(Timestamp(MAX_MS).to_iso(), "9999-12-31T23:59:59.999Z");
+        assert_eq!(Timestamp(i64::MAX).to_iso(), "9999-12-31T23:59:59.999Z");
     }
 
     #[test]
@@ -235,6 +271,17 @@ mod tests {
             "2026-07-30T24:00:00Z",
         ] {
             assert!(Timestamp::parse_iso(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn civil_from_days_inverts_days_from_civil_for_every_day() {
+        let first = days_from_civil(0, 1, 1);
+        for days in 0..=(days_from_civil(9999, 12, 31) - first) {
+            let (y, m, d) = civil_from_days(days as u32);
+            let (y, m, d) = (i64::from(y), i64::from(m), i64::from(d));
+            assert!((1..=12).contains(&m) && d >= 1 && d <= days_in_month(y, m), "{days}: {y}-{m}-{d}");
+            assert_eq!(days_from_civil(y, m, d) - first, days, "{y}-{m}-{d}");
         }
     }
 
