@@ -1457,6 +1457,15 @@ fn worker_of(owner: &str) -> &str {
     owner.split(':').next().unwrap_or(owner)
 }
 
+/// The `after` lines the delivering worker journaled for delivery `d` (its key and epoch).
+fn after_lines<'a>(journals: &'a BTreeMap<String, Vec<Value>>, d: &'a Delivery) -> impl Iterator<Item = &'a Value> {
+    journals.get(worker_of(&d.owner)).into_iter().flatten().filter(move |l| {
+        field(l, "ev") == Some("after")
+            && field(l, "key") == Some(d.key.as_str())
+            && l.get("epoch").and_then(Value::as_i64) == Some(d.epoch)
+    })
+}
+
 impl Books {
     /// Lease intervals from receipts, and zombie writes.
     fn leases_from(&mut self, receipts: &[heart_fleet_stores::receipts::StoredReceipt], killed: &BTreeSet<String>) {
@@ -1583,29 +1592,14 @@ impl Books {
             }
             if c == 0 && !ds.is_empty() {
                 // Excused only when every delivery's worker was killed before its `after` line.
-                let lost = ds.iter().all(|d| {
-                    let worker = worker_of(&d.owner);
-                    killed.contains(worker)
-                        && !journals.get(worker).is_some_and(|j| {
-                            j.iter().any(|l| {
-                                field(l, "ev") == Some("after")
-                                    && field(l, "key") == Some(d.key.as_str())
-                                    && l.get("epoch").and_then(Value::as_i64) == Some(d.epoch)
-                            })
-                        })
-                });
+                let lost = ds
+                    .iter()
+                    .all(|d| killed.contains(worker_of(&d.owner)) && after_lines(journals, d).next().is_none());
                 // Or when a delivery's `send_once` ended in a store failure: its commit's
                 // outcome was unknown to the worker, which emitted no receipt.
-                let unknown = ds.iter().any(|d| {
-                    journals.get(worker_of(&d.owner)).is_some_and(|j| {
-                        j.iter().any(|l| {
-                            field(l, "ev") == Some("after")
-                                && field(l, "key") == Some(d.key.as_str())
-                                && l.get("epoch").and_then(Value::as_i64) == Some(d.epoch)
-                                && field(l, "outcome") == Some(STORE_ERROR_OUTCOME)
-                        })
-                    })
-                });
+                let unknown = ds
+                    .iter()
+                    .any(|d| after_lines(journals, d).any(|l| field(l, "outcome") == Some(STORE_ERROR_OUTCOME)));
                 if lost {
                     self.receipts_lost_to_kills += 1;
                 } else if unknown {

@@ -16,7 +16,7 @@ mod pg_route;
 
 use common::{check_safe_report, cmd, fails, hf, json_lines, now_ms, ok, run_row, sqlite_store, temp_dir, text, uuid};
 use heart_fleet_core::{InstanceRow, InstanceStatus, RunStatus, Timestamp};
-use pg_route::{Namespace, Route, env};
+use pg_route::{Namespace, Route, env, terminate};
 use serde_json::Value;
 
 fn t(ms: i64) -> Timestamp {
@@ -437,14 +437,7 @@ fn postgres_simulate_processes_rides_through_killed_connections() {
         if child.try_wait().unwrap().is_some() {
             break;
         }
-        let n: i64 = admin
-            .query_one(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
-                &[&app],
-            )
-            .unwrap()
-            .get(0);
-        terminated += n;
+        terminated += terminate(&mut admin, &app);
         if terminated >= 12 {
             break;
         }

@@ -157,6 +157,12 @@ fn server_statement_timeout_ms(deadline: Duration) -> u128 {
     ms.saturating_sub((ms / 5).min(100)).max(1)
 }
 
+/// A transaction's start behind a pooler: `BEGIN` and the server's deadline for it (a pooler
+/// takes no session settings).
+fn pooler_begin(options: PgOptions) -> String {
+    format!("BEGIN; SET LOCAL statement_timeout = {}", server_statement_timeout_ms(options.statement_timeout))
+}
+
 /// The rustls connector: Mozilla's roots plus `root_cert`'s PEM certificates.
 fn tls_connector(root_cert: Option<&str>) -> Result<tokio_postgres_rustls::MakeRustlsConnect, StoreError> {
     use rustls::pki_types::CertificateDer;
@@ -418,8 +424,7 @@ async fn query_on(
         // gave up). So the statement runs in a transaction of its own that sets the server's
         // deadline first: BEGIN + SET LOCAL, the statement, COMMIT, pipelined (sent together,
         // one round trip). A failed statement aborts the transaction; COMMIT then rolls it back.
-        let begin =
-            format!("BEGIN; SET LOCAL statement_timeout = {}", server_statement_timeout_ms(options.statement_timeout));
+        let begin = pooler_begin(options);
         let (began, rows, committed) = tokio::join!(
             live.client.batch_execute(&begin),
             live.client.query_typed(&stmt.sql, &typed),
@@ -502,14 +507,7 @@ impl PgStore {
     pub fn transaction<T>(&self, f: impl FnOnce(&mut PgTx<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let mut conn = self.conn();
         // Behind a pooler the server's deadline is set for the transaction (see `query_on`).
-        let begin = if conn.options.pooler {
-            format!(
-                "BEGIN; SET LOCAL statement_timeout = {}",
-                server_statement_timeout_ms(conn.options.statement_timeout)
-            )
-        } else {
-            "BEGIN".to_owned()
-        };
+        let begin = if conn.options.pooler { pooler_begin(conn.options) } else { "BEGIN".to_owned() };
         conn.run("postgres begin", async |live, _| live.client.batch_execute(&begin).await.map_err(Failure::of))?;
         let mut tx = PgTx { conn: &mut conn };
         let out = match f(&mut tx) {

@@ -21,7 +21,7 @@ use heart_fleet_core::sql::{SqlValue, Statement};
 use heart_fleet_core::time::Timestamp;
 use heart_fleet_core::{ErrorCode, HeartFleet};
 use heart_fleet_stores::{AnyStore, PgStore};
-use pg_route::{Namespace, Route, env, with};
+use pg_route::{Namespace, Route, env, terminate, with};
 use postgres::{Client, NoTls};
 
 fn uuid(n: u32) -> String {
@@ -78,17 +78,6 @@ fn statement_deadline(route: Route) {
         .expect("a later acquire works");
     assert!(acquired.acquired, "{acquired:?}");
     assert_eq!(acquired.fence.unwrap().epoch, Some(1), "the abandoned acquire did not commit");
-}
-
-/// The backends serving `app` (the store's `application_name`), terminated; how many.
-fn terminate(admin: &mut Client, app: &str) -> i32 {
-    admin
-        .query_one(
-            "SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity WHERE application_name = $1",
-            &[&app],
-        )
-        .unwrap()
-        .get::<_, i32>(0)
 }
 
 /// Direct only (as the next test): through a transaction pooler a server connection killed
@@ -190,6 +179,8 @@ fn through_a_transaction_pooler_four_workers_share_two_server_connections() {
     // advisory lock is transaction-scoped).
     let Some(ns) = Namespace::migrated(Route::Pooler, "PgBouncer") else { return };
     let url = ns.url.clone();
+    let again = heart_fleet_stores::migrate(&mut AnyStore::Postgres(ns.store())).unwrap();
+    assert!(again.iter().all(|m| !m.applied), "{again:?}");
     // One resource run per worker (find-or-create through the pooler), released back to ready.
     let tag = std::process::id().to_string();
     let mut setup = HeartFleet::new(PgStore::connect(&url).unwrap());

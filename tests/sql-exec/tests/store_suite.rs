@@ -103,8 +103,8 @@ impl StoreFixture for PgFixture {
 }
 
 fn postgres_suite(route: Route) {
-    // Probe once, so an unconfigured route outside CI is one SKIPPED line, not ten failures.
-    if Namespace::new(route, "heart-fleet-sql-exec PostgreSQL store suite").is_none() {
+    // Checked once, so an unconfigured route outside CI is one SKIPPED line, not ten failures.
+    if !pg_route::configured(route, "heart-fleet-sql-exec PostgreSQL store suite") {
         return;
     }
     let mut fixture = PgFixture { route, namespaces: Vec::new() };
