@@ -85,7 +85,9 @@
 //!
 //! A receipt whose insert failed (the store's connection was lost under it) is journaled by
 //! the process's sink, whole; the books above count it as what happened, and the report
-//! counts it in `receipts_lost_to_store_errors`.
+//! counts it in `receipts_lost_to_store_errors`. An insert the process gave up on may still
+//! land (its bytes were in flight when the connection was dropped): a journaled receipt
+//! found in the table is counted once, in `receipts_landed_after_store_errors`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
@@ -228,6 +230,9 @@ pub struct ProcReport {
     /// journaled each receipt, and the books count them as what happened), and
     /// `effect_committed` receipts never emitted because the commit's answer was lost.
     pub receipts_lost_to_store_errors: u64,
+    /// Receipts whose insert the process saw fail (and journaled) that are in the table all
+    /// the same: the statement reached the server after the client had given up on it.
+    pub receipts_landed_after_store_errors: u64,
     /// Overlapping leases on a run, and deliveries inside another holder's lease.
     pub exclusion_violations: u64,
     /// Deliveries of an effect beyond its first.
@@ -297,7 +302,7 @@ impl ProcReport {
             out,
             "work: {} leases, {}/{} effects delivered ({} refused), {} recovered ({} by the TTL sweep, {} by liveness, \
              {} taken over by acquire), {} requeued, reconciler {} committed / {} reopened, {} receipts \
-             ({} lost to kills, {} to store failures)",
+             ({} lost to kills, {} to store failures, {} landed after a failed insert)",
             self.leases,
             self.effects_fired,
             self.effects_expected,
@@ -311,7 +316,8 @@ impl ProcReport {
             self.reconciler_reopened,
             self.receipts,
             self.receipts_lost_to_kills,
-            self.receipts_lost_to_store_errors
+            self.receipts_lost_to_store_errors,
+            self.receipts_landed_after_store_errors
         )?;
         writeln!(out, "sweeper metrics: {}", crate::simulate::metrics_text(&self.metrics))?;
         writeln!(out, "safety:")?;
@@ -622,6 +628,20 @@ fn lost_receipts<'a>(journals: impl Iterator<Item = &'a Vec<Value>>) -> Vec<Stor
         .filter_map(|l| l.get("receipt").cloned())
         .map(|receipt| StoredReceipt { id: i64::MAX, receipt, columns_differ: false })
         .collect()
+}
+
+/// The journaled receipts that are not in the table, and how many are.
+///
+/// An insert the process gave up on may still have landed (its bytes were on their way when
+/// the connection was dropped): a receipt found in the table is stored, not lost, and
+/// counting it twice would make one lease two overlapping ones.
+fn not_in_table(journaled: Vec<StoredReceipt>, stored: &[StoredReceipt]) -> (Vec<StoredReceipt>, u64) {
+    let digests: BTreeSet<&str> = stored.iter().filter_map(|r| field(&r.receipt, "digest")).collect();
+    let before = journaled.len();
+    let lost: Vec<StoredReceipt> =
+        journaled.into_iter().filter(|r| field(&r.receipt, "digest").is_none_or(|d| !digests.contains(d))).collect();
+    let landed = (before - lost.len()) as u64;
+    (lost, landed)
 }
 
 fn read_journal(path: &Path) -> Vec<Value> {
@@ -1277,7 +1297,8 @@ impl Parent<'_> {
             self.journals.iter().map(|(name, path)| (name.clone(), read_journal(path))).collect();
         // The receipts the sinks journaled as lost happened too: the books see them.
         let parent = read_journal(&self.dir.join(PARENT_JOURNAL));
-        let lost = lost_receipts(journals.values().chain(std::iter::once(&parent)));
+        let (lost, landed_late) =
+            not_in_table(lost_receipts(journals.values().chain(std::iter::once(&parent))), &receipts);
         let mut lost_by_event: BTreeMap<String, u64> = BTreeMap::new();
         for r in &lost {
             if verify_receipt(&r.receipt).is_err() {
@@ -1377,6 +1398,7 @@ impl Parent<'_> {
             receipts: stored,
             receipts_lost_to_kills: b.receipts_lost_to_kills,
             receipts_lost_to_store_errors: lost_count + b.receipts_lost_to_store_errors,
+            receipts_landed_after_store_errors: landed_late,
             exclusion_violations: b.exclusion_violations,
             duplicate_effects: b.duplicate_effects,
             stale_commits: b.stale_commits,
@@ -1714,5 +1736,20 @@ mod tests {
         let mut alive = Books::default();
         alive.check_effects(&expected, &ds, &[], &journals, &BTreeSet::new());
         assert_eq!((alive.receipts_lost_to_kills, alive.receipt_mismatches), (0, 1));
+    }
+
+    #[test]
+    fn a_journaled_receipt_found_in_the_table_is_stored_not_lost() {
+        // w1's acquired receipt: the insert was seen to fail (journaled) but landed.
+        let landed = rec(1, HeartEvent::Acquired, "w1:1", Some(2000), None, 0);
+        let really_lost = rec(2, HeartEvent::Renewed, "w1:1", Some(4000), None, 1000);
+        let stored = vec![landed.clone()];
+        let (lost, landed_late) = not_in_table(vec![landed, really_lost.clone()], &stored);
+        assert_eq!(landed_late, 1);
+        assert_eq!(lost.iter().map(|r| r.receipt.clone()).collect::<Vec<_>>(), vec![really_lost.receipt]);
+        // Counted once, the lease is one interval: no overlap with itself.
+        let mut b = Books::default();
+        b.leases_from(&[stored, lost].concat(), &BTreeSet::new());
+        assert_eq!((b.leases.len(), b.exclusion_violations, b.zombie_writes), (1, 0, 0));
     }
 }

@@ -159,6 +159,8 @@ fn simulate_processes_rides_through_a_server_restart_and_a_stop() {
     }
     let out = child.wait_with_output().unwrap();
     let r = check_safe_report(&out);
+    // Shown with --nocapture: how the outages landed this time.
+    eprintln!("{r}");
     assert!(r["store_errors"].as_u64().unwrap() > 0, "the outages showed as store errors ridden through: {r}");
 }
 
