@@ -10,6 +10,7 @@
 // step; a JS `onReceipt` sink receives the receipts of each step before the next await.
 
 const native = require('./native.cjs');
+const { decodeAnswer } = require('./compact.cjs');
 const { MemoryLeaseStore, NATIVE } = require('./memory-store.cjs');
 const { ReferenceStoreRequests, LEASE_STORE_METHODS, missingMethods } = require('./reference-store.cjs');
 const {
@@ -241,6 +242,22 @@ async function drive(fleet, kind, args, host, storeFor) {
 }
 
 /**
+ * The value of a lease-cycle operation answered by the core's compact path (MemoryLeaseStore),
+ * in the shape `drive` returns; its receipts go to the sink first, its error is thrown.
+ */
+function compactValue(fleet, text) {
+  const answer = decodeAnswer(text);
+  const step = answer.step;
+  if (step === undefined) {
+    if (answer.receipts) deliver(fleet, answer.receipts);
+    return answer.value;
+  }
+  if (step.receipts) deliver(fleet, step.receipts);
+  if (step.error) throw toError(step.error);
+  return step.ok;
+}
+
+/**
  * Which lease-store contract `store` implements: `memory` (MemoryLeaseStore), `requests`
  * (`execute(request)`, the core's request language; preferred when an object has both) or
  * `reference` (the TypeScript package's getRun, conditionalUpdate, findExpiredLeases, now);
@@ -330,7 +347,9 @@ class HeartFleet {
     this._onReceipt = typeof onReceipt === 'function' ? onReceipt : null;
     this._textStore = kind !== 'reference' && typeof store.executeJson === 'function';
     this[NATIVE] = new native.NativeFleet(max, this._onReceipt !== null);
-    if (store instanceof MemoryLeaseStore) this[NATIVE].attachMemoryStore(store[NATIVE]);
+    // On a MemoryLeaseStore the lease cycle takes the core's compact path (no JSON).
+    this._memory = store instanceof MemoryLeaseStore;
+    if (this._memory) this[NATIVE].attachMemoryStore(store[NATIVE]);
   }
 
   /** The 13 counters (a snapshot). */
@@ -371,7 +390,9 @@ class HeartFleet {
     ) {
       return INVALID_ACQUIRE();
     }
-    const r = await drive(this, 'acquire', { runId, owner, ttlSeconds });
+    const r = this._memory
+      ? compactValue(this, this[NATIVE].acquireCompact(runId, owner, ttlSeconds))
+      : await drive(this, 'acquire', { runId, owner, ttlSeconds });
     if (r.fence) Object.freeze(r.fence);
     return referenceShape(r, ACQUIRE_FIELDS);
   }
@@ -384,7 +405,9 @@ class HeartFleet {
   async tryRenew(fence, ttlSeconds) {
     const f = fenceOf('fence', fence);
     int('ttlSeconds', ttlSeconds, 1, MAX_TTL_SECONDS);
-    const r = await drive(this, 'renew', { fence: f, ttlSeconds });
+    const r = this._memory
+      ? compactValue(this, this[NATIVE].renewCompact(f.runId, f.owner, f.leaseExpiresAt, f.epoch, ttlSeconds))
+      : await drive(this, 'renew', { fence: f, ttlSeconds });
     if (r.outcome === 'ok') return { outcome: 'ok', value: freezeFence(r.value) };
     return { outcome: 'rejected', cause: r.cause, code: 'fence-rejected' };
   }
@@ -404,7 +427,9 @@ class HeartFleet {
     if (typeof nextStatus !== 'string' || !NEXT_STATUSES.includes(nextStatus)) {
       throw typeError(`nextStatus must be one of ${NEXT_STATUSES.join(', ')}, got ${describe(nextStatus)}`);
     }
-    const r = await drive(this, 'release', { fence: f, nextStatus });
+    const r = this._memory
+      ? compactValue(this, this[NATIVE].releaseCompact(f.runId, f.owner, f.leaseExpiresAt, f.epoch, nextStatus))
+      : await drive(this, 'release', { fence: f, nextStatus });
     if (r.outcome === 'ok') return { outcome: 'ok', value: r.value };
     return { outcome: 'rejected', cause: r.cause, code: 'fence-rejected' };
   }
@@ -421,7 +446,9 @@ class HeartFleet {
 
   /** `verifyFence(fence)` → whether the token holds a live lease (one conditional write). */
   async verifyFence(fence) {
-    return drive(this, 'verify', { fence: fenceOf('fence', fence) });
+    const f = fenceOf('fence', fence);
+    if (this._memory) return compactValue(this, this[NATIVE].verifyFenceCompact(f.runId, f.owner, f.leaseExpiresAt, f.epoch));
+    return drive(this, 'verify', { fence: f });
   }
 
   /** `reclaimExpired({limit = 100})` → `{reclaimedCount, reclaimedIds, quarantinedIds, errors}`. */

@@ -3,7 +3,8 @@
 //! [`heart_fleet_core::bridge`], whose docs hold the step protocol (JSON text, one object
 //! per step).
 
-use heart_fleet_core::bridge::{Begun, BridgeFleet, BridgeOp};
+use heart_fleet_core::FencingToken;
+use heart_fleet_core::bridge::{Begun, BridgeFleet, BridgeOp, failed_step, token_of};
 use heart_fleet_core::metrics::HeartMetrics;
 use napi::bindgen_prelude::Either;
 use napi_derive::napi;
@@ -109,6 +110,51 @@ impl NativeFleet {
         }
     }
 
+    /// `acquire` on the attached memory store, answered in the core's compact form (its
+    /// docs: `bridge::compact`); null without a memory store.
+    #[napi]
+    pub fn acquire_compact(&self, run_id: String, owner: String, ttl_seconds: i64) -> Option<String> {
+        self.inner.acquire_compact(&run_id, &owner, ttl_seconds)
+    }
+
+    /// `renew` on the attached memory store, answered compactly; null without one.
+    #[napi]
+    pub fn renew_compact(
+        &self,
+        run_id: String,
+        owner: String,
+        lease_expires_at: String,
+        epoch: Option<i64>,
+        ttl_seconds: i64,
+    ) -> Option<String> {
+        self.memory_token(run_id, owner, &lease_expires_at, epoch, |fleet, t| fleet.renew_compact(t, ttl_seconds))
+    }
+
+    /// `release` on the attached memory store, answered compactly; null without one.
+    #[napi]
+    pub fn release_compact(
+        &self,
+        run_id: String,
+        owner: String,
+        lease_expires_at: String,
+        epoch: Option<i64>,
+        next_status: String,
+    ) -> Option<String> {
+        self.memory_token(run_id, owner, &lease_expires_at, epoch, |fleet, t| fleet.release_compact(t, &next_status))
+    }
+
+    /// `verifyFence` on the attached memory store, answered compactly; null without one.
+    #[napi]
+    pub fn verify_fence_compact(
+        &self,
+        run_id: String,
+        owner: String,
+        lease_expires_at: String,
+        epoch: Option<i64>,
+    ) -> Option<String> {
+        self.memory_token(run_id, owner, &lease_expires_at, epoch, BridgeFleet::verify_fence_compact)
+    }
+
     /// The 13 counters.
     #[napi]
     pub fn metrics(&self) -> Metrics {
@@ -132,6 +178,29 @@ impl NativeFleet {
     pub fn receipt_count(&self) -> u32 {
         u32::try_from(self.inner.receipt_count()).unwrap_or(u32::MAX)
     }
+}
+
+impl NativeFleet {
+    /// Runs `call` with the token built from its parts; a bad expiry is the failed step.
+    fn memory_token(
+        &self,
+        run_id: String,
+        owner: String,
+        lease_expires_at: &str,
+        epoch: Option<i64>,
+        call: impl FnOnce(&BridgeFleet, &FencingToken) -> Option<String>,
+    ) -> Option<String> {
+        match token_of(run_id, owner, lease_expires_at, epoch) {
+            Ok(token) => call(&self.inner, &token),
+            Err(e) => Some(failed_step(e)),
+        }
+    }
+}
+
+/// The layouts of the compact answers (JSON; `bridge::compact_layouts` in the core).
+#[napi]
+pub fn compact_layouts() -> String {
+    heart_fleet_core::bridge::compact_layouts()
 }
 
 /// One operation waiting for JavaScript. Resume it with the answer to its current need.

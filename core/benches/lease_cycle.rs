@@ -6,6 +6,12 @@
 //!   reused and nothing grows; in a store of 1 run and of 10 000 runs. Receipts go to a sink
 //!   that discards them (the default in-memory receipt list would grow without bound, and
 //!   the fleet offers no way to clear it).
+//! * `lease_cycle/bridge_json`: the same cycle through the JSON bridge the bindings drive
+//!   (`bridge::BridgeFleet::begin`: arguments and results as JSON text, receipts handed over
+//!   with each step), without any binding: what the JSON protocol itself costs.
+//! * `lease_cycle/bridge_compact`: the same cycle through the bridge's compact answers
+//!   (`BridgeFleet::acquire_compact` and its siblings: typed arguments, results and receipts
+//!   as separated values), the bindings' memory-store fast path.
 //! * `lease_cycle/floor`: what any implementation of that cycle must do at least, measured
 //!   in the same group: three SHA-256 digests of the cycle's three receipts' canonical bytes
 //!   (98-126 bytes) and three lookups of the run by id in a `HashMap` (std's SipHash, as
@@ -19,12 +25,13 @@
 //!
 //! Run: `cargo bench -p heart-fleet-core --bench lease_cycle -- --warm-up-time 1 --measurement-time 3`
 // A benchmark whose setup fails must stop loudly.
-#![allow(clippy::expect_used)]
+#![allow(clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
 use std::hint::black_box;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use heart_fleet_core::bridge::{Begun, BridgeFleet, BridgeMemoryStore, COMPACT_SEPARATOR};
 use heart_fleet_core::ops::ReleaseTo;
 use heart_fleet_core::{
     FencingToken, HeartFleet, HeartReceipt, Ledger, MemoryEffectLedger, MemoryStore, RunRow, RunStatus, Timestamp,
@@ -65,6 +72,57 @@ fn bench_cycle(c: &mut Criterion) {
             })
         });
         assert_eq!(heart.metrics().acquire_wins, heart.metrics().releases, "every cycle released");
+    }
+    // The same cycle through the JSON bridge the bindings drive (arguments and results as
+    // JSON text, receipts handed over with each step), on the memory store answered in place.
+    {
+        let store = BridgeMemoryStore::new(T0.0);
+        store
+            .insert(&serde_json::to_string(&RunRow::ready("bench-run", "heart:resource:bench", T0)).expect("a row"))
+            .expect("insert the resource run");
+        let mut bridge = BridgeFleet::new(None, true);
+        bridge.attach_memory_store(&store);
+        let step = |kind: &str, args: &str| match bridge.begin(kind, args) {
+            Begun::Done(text) => text,
+            Begun::Pending(_) => panic!("the memory store answers in place"),
+        };
+        group.bench_function("bridge_json", |b| {
+            b.iter(|| {
+                let a = step("acquire", r#"{"runId":"bench-run","owner":"worker-A","ttlSeconds":60}"#);
+                let at = a.find(r#""fence":"#).expect("acquired") + 8;
+                let fence = &a[at..at + a[at..].find('}').expect("a token") + 1];
+                let v = step("verify", &format!(r#"{{"fence":{fence}}}"#));
+                let r = step("release", &format!(r#"{{"fence":{fence},"nextStatus":"ready"}}"#));
+                black_box((v, r))
+            })
+        });
+    }
+    // The same cycle through the bridge's compact answers (typed arguments; results and
+    // receipts as separated values), the bindings' memory-store fast path.
+    {
+        let store = BridgeMemoryStore::new(T0.0);
+        store
+            .insert(&serde_json::to_string(&RunRow::ready("bench-run", "heart:resource:bench", T0)).expect("a row"))
+            .expect("insert the resource run");
+        let mut bridge = BridgeFleet::new(None, true);
+        bridge.attach_memory_store(&store);
+        group.bench_function("bridge_compact", |b| {
+            b.iter(|| {
+                let a = bridge.acquire_compact(black_box("bench-run"), "worker-A", 60).expect("a memory store");
+                // The token's four values follow the row's 18.
+                let v: Vec<&str> = a.split(COMPACT_SEPARATOR).skip(19).take(4).collect();
+                let fence = FencingToken {
+                    run_id: v[0].to_owned(),
+                    owner: v[1].to_owned(),
+                    lease_expires_at: Timestamp::parse_iso(v[2]).expect("an expiry"),
+                    epoch: v[3].parse().ok(),
+                };
+                let live = bridge.verify_fence_compact(&fence).expect("a memory store");
+                let released = bridge.release_compact(&fence, "ready").expect("a memory store");
+                assert!(released.starts_with('R'), "released");
+                black_box((live, released))
+            })
+        });
     }
     // The canonical bytes the cycle's receipts digest (acquired, fence_verified, released).
     let receipts: [&[u8]; 3] = [

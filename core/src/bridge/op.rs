@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::memory::BridgeMemoryStore;
+use crate::driver::Recorder;
 use crate::machine::{Answer, Event, Machine, Need, ProbeVerdict, Step};
 use crate::metrics::HeartMetrics;
 use crate::model::{FencingToken, RunStatus};
@@ -17,26 +18,23 @@ use crate::{ErrorCode, HeartError, LeaseStore, StoreAnswer, StoreError};
 
 /// A fleet's counters and receipts, shared by the operations it started.
 #[derive(Debug, Default)]
-struct Shared {
-    config: FleetConfig,
-    metrics: HeartMetrics,
-    /// Receipts kept for `receipts()` (no sink).
-    receipts: Vec<HeartReceipt>,
-    /// Whether a JS sink takes the receipts instead.
-    sink: bool,
-    /// Receipts waiting to be handed to the JS sink with the next step.
-    pending: Vec<HeartReceipt>,
+pub(super) struct Shared {
+    pub(super) config: FleetConfig,
+    /// The counters, and the receipts: kept for `receipts()`, or with a sink, waiting to be
+    /// handed to the host with the next step.
+    pub(super) recorder: Recorder,
+    /// Whether a host sink takes the receipts instead.
+    pub(super) sink: bool,
 }
 
 impl Shared {
     fn absorb(&mut self, events: Vec<Event>) {
-        for e in events {
-            match e {
-                Event::Metric(c) => self.metrics.bump(c),
-                Event::Receipt(r) if self.sink => self.pending.push(r),
-                Event::Receipt(r) => self.receipts.push(r),
-            }
-        }
+        self.recorder.absorb(events);
+    }
+
+    /// The receipts waiting for the host's sink (none without one: they are kept).
+    pub(super) fn take_pending(&mut self) -> Vec<HeartReceipt> {
+        if self.sink { std::mem::take(&mut self.recorder.receipts) } else { Vec::new() }
     }
 }
 
@@ -221,7 +219,7 @@ fn build(kind: &str, args: &str, cfg: FleetConfig) -> Result<Box<dyn DynOp + Sen
 }
 
 /// Writes a step as JSON text, with the receipts waiting for a sink.
-fn step_json(step: &Step<String>, pending: Vec<HeartReceipt>) -> String {
+pub(super) fn step_json(step: &Step<String>, pending: Vec<HeartReceipt>) -> String {
     let mut out = match step {
         Step::Done(Ok(v)) => format!("{{\"done\":true,\"ok\":{v}"),
         Step::Done(Err(e)) => {
@@ -269,7 +267,7 @@ impl Running {
             };
             step = self.op.resume(Answer::Store(answer));
         }
-        let pending = self.shared.lock().map(|mut s| std::mem::take(&mut s.pending)).unwrap_or_default();
+        let pending = self.shared.lock().map(|mut s| s.take_pending()).unwrap_or_default();
         (step, pending)
     }
 
@@ -301,8 +299,8 @@ pub enum Begun {
 /// Cloning gives another handle on the same fleet.
 #[derive(Debug, Clone)]
 pub struct BridgeFleet {
-    shared: Arc<Mutex<Shared>>,
-    memory: Option<BridgeMemoryStore>,
+    pub(super) shared: Arc<Mutex<Shared>>,
+    pub(super) memory: Option<BridgeMemoryStore>,
 }
 
 impl BridgeFleet {
@@ -348,22 +346,22 @@ impl BridgeFleet {
 
     /// The 13 counters.
     pub fn metrics(&self) -> HeartMetrics {
-        self.shared.lock().map(|s| s.metrics).unwrap_or_default()
+        self.shared.lock().map(|s| s.recorder.metrics).unwrap_or_default()
     }
 
     /// The counters in the Prometheus text exposition format.
     pub fn prometheus(&self) -> String {
-        self.shared.lock().map(|s| s.metrics.to_prometheus()).unwrap_or_default()
+        self.shared.lock().map(|s| s.recorder.metrics.to_prometheus()).unwrap_or_default()
     }
 
     /// The receipts kept so far (JSON array; empty when a sink takes them).
     pub fn receipts_json(&self) -> String {
-        self.shared.lock().map(|s| super::to_text(&s.receipts)).unwrap_or_else(|_| "[]".to_owned())
+        self.shared.lock().map(|s| super::to_text(&s.recorder.receipts)).unwrap_or_else(|_| "[]".to_owned())
     }
 
     /// How many receipts are kept.
     pub fn receipt_count(&self) -> usize {
-        self.shared.lock().map(|s| s.receipts.len()).unwrap_or(0)
+        self.shared.lock().map(|s| s.recorder.receipts.len()).unwrap_or(0)
     }
 }
 

@@ -1,0 +1,76 @@
+'use strict';
+// The core's compact answers (the lease cycle on a MemoryLeaseStore without JSON): values
+// separated by one character, built into objects with the layouts the core exports. The
+// format, its tags and what falls back to JSON are documented in the core (bridge::compact);
+// nothing about them is decided here.
+
+const native = require('./native.cjs');
+
+const LAYOUTS = JSON.parse(native.compactLayouts());
+const SEPARATOR = LAYOUTS.separator;
+const NULL = LAYOUTS.null;
+const OPEN_BRACE = 123;
+
+/** A decoder for one record layout: `(values, at)` → the object of the fields from `at`. */
+function recordDecoder(layout) {
+  const names = layout.map(([name]) => name);
+  const kinds = layout.map(([, kind]) => kind);
+  const n = names.length;
+  const decode = (values, at) => {
+    const out = {};
+    for (let k = 0; k < n; k++) {
+      const v = values[at + k];
+      const kind = kinds[k];
+      if (v === NULL) out[names[k]] = null;
+      else if (kind === 'n') out[names[k]] = Number(v);
+      else if (kind === 'j') out[names[k]] = v === '[]' ? [] : JSON.parse(v);
+      else out[names[k]] = v;
+    }
+    return out;
+  };
+  return { decode, size: n };
+}
+
+const RUN = recordDecoder(LAYOUTS.run);
+const TOKEN = recordDecoder(LAYOUTS.token);
+const RECEIPT = recordDecoder(LAYOUTS.receipt);
+
+/**
+ * Decodes an answer: `{step}` for the JSON form (the operation's final step, parsed), else
+ * `{value, receipts}` with value in the shape the JSON step's `ok` has.
+ */
+function decodeAnswer(text) {
+  if (text.charCodeAt(0) === OPEN_BRACE) return { step: JSON.parse(text) };
+  const values = text.split(SEPARATOR);
+  let at = 1;
+  let value;
+  switch (values[0]) {
+    case 'A': {
+      const run = RUN.decode(values, at);
+      at += RUN.size;
+      const fence = TOKEN.decode(values, at);
+      at += TOKEN.size;
+      value = { acquired: true, run, fence };
+      break;
+    }
+    case 'N':
+      value = { outcome: 'ok', value: TOKEN.decode(values, at) };
+      at += TOKEN.size;
+      break;
+    case 'R':
+      value = { outcome: 'ok', value: RUN.decode(values, at) };
+      at += RUN.size;
+      break;
+    case 'V':
+      value = values[at++] === '1';
+      break;
+    default:
+      throw new Error(`heart-fleet: a compact answer with tag ${JSON.stringify(values[0])}`);
+  }
+  const count = Number(values[at++]);
+  const receipts = count === 0 ? null : new Array(count);
+  for (let k = 0; k < count; k++, at += RECEIPT.size) receipts[k] = RECEIPT.decode(values, at);
+  return { value, receipts };
+}
+
+module.exports = { decodeAnswer };
