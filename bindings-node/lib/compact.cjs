@@ -6,13 +6,10 @@
 
 const native = require('./native.cjs');
 
-const LAYOUTS = JSON.parse(native.compactLayouts());
-const SEPARATOR = LAYOUTS.separator;
-const NULL = LAYOUTS.null;
 const OPEN_BRACE = 123;
 
-/** A decoder for one record layout: `(values, at)` → the object of the fields from `at`. */
-function recordDecoder(layout) {
+/** A decoder for one record layout: `(values, at)` → the object of the fields from `at`; `nullValue` is the null marker. */
+function recordDecoder(layout, nullValue) {
   const names = layout.map(([name]) => name);
   const kinds = layout.map(([, kind]) => kind);
   const n = names.length;
@@ -21,7 +18,7 @@ function recordDecoder(layout) {
     for (let k = 0; k < n; k++) {
       const v = values[at + k];
       const kind = kinds[k];
-      if (v === NULL) out[names[k]] = null;
+      if (v === nullValue) out[names[k]] = null;
       else if (kind === 'n') out[names[k]] = Number(v);
       else if (kind === 'j') out[names[k]] = v === '[]' ? [] : JSON.parse(v);
       else out[names[k]] = v;
@@ -31,9 +28,23 @@ function recordDecoder(layout) {
   return { decode, size: n };
 }
 
-const RUN = recordDecoder(LAYOUTS.run);
-const TOKEN = recordDecoder(LAYOUTS.token);
-const RECEIPT = recordDecoder(LAYOUTS.receipt);
+/**
+ * The decoders, built on first use: the wasm build fills the native module only after this
+ * file is loaded, so nothing here may read it at load time.
+ */
+let decoders = null;
+function layouts() {
+  if (decoders === null) {
+    const l = JSON.parse(native.compactLayouts());
+    decoders = {
+      separator: l.separator,
+      run: recordDecoder(l.run, l.null),
+      token: recordDecoder(l.token, l.null),
+      receipt: recordDecoder(l.receipt, l.null),
+    };
+  }
+  return decoders;
+}
 
 /**
  * Decodes an answer: `{step}` for the JSON form (the operation's final step, parsed), else
@@ -41,7 +52,8 @@ const RECEIPT = recordDecoder(LAYOUTS.receipt);
  */
 function decodeAnswer(text) {
   if (text.charCodeAt(0) === OPEN_BRACE) return { step: JSON.parse(text) };
-  const values = text.split(SEPARATOR);
+  const { separator, run: RUN, token: TOKEN, receipt: RECEIPT } = layouts();
+  const values = text.split(separator);
   let at = 1;
   let value;
   switch (values[0]) {

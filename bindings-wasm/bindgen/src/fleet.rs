@@ -1,9 +1,10 @@
 //! [`NativeFleet`] and [`NativeOp`]: the step protocol of [`heart_fleet_core::bridge`].
 
-use heart_fleet_core::bridge::{Begun, BridgeFleet, BridgeOp};
+use heart_fleet_core::FencingToken;
+use heart_fleet_core::bridge::{Begun, BridgeFleet, BridgeOp, failed_step, token_of};
 use wasm_bindgen::prelude::*;
 
-use crate::{NativeMemoryStore, num, opt_int, parse, text};
+use crate::{NativeMemoryStore, int, num, opt_int, parse, text};
 
 /// The counters, receipts and configuration of one `HeartFleet`, and the factory of its
 /// operations.
@@ -50,6 +51,59 @@ impl NativeFleet {
         Ok(begun(self.inner.begin_on_host(&kind, &args)))
     }
 
+    /// `acquire` on the attached memory store, answered in the core's compact form (its
+    /// docs: `bridge::compact`); `undefined` without a memory store.
+    #[wasm_bindgen(js_name = acquireCompact)]
+    pub fn acquire_compact(
+        &self,
+        run_id: JsValue,
+        owner: JsValue,
+        ttl_seconds: JsValue,
+    ) -> Result<Option<String>, JsValue> {
+        let (run_id, owner) = (text("runId", &run_id)?, text("owner", &owner)?);
+        Ok(self.inner.acquire_compact(&run_id, &owner, int("ttlSeconds", &ttl_seconds)?))
+    }
+
+    /// `renew` on the attached memory store, answered compactly; `undefined` without one.
+    #[wasm_bindgen(js_name = renewCompact)]
+    pub fn renew_compact(
+        &self,
+        run_id: JsValue,
+        owner: JsValue,
+        lease_expires_at: JsValue,
+        epoch: JsValue,
+        ttl_seconds: JsValue,
+    ) -> Result<Option<String>, JsValue> {
+        let ttl = int("ttlSeconds", &ttl_seconds)?;
+        self.with_token(&run_id, &owner, &lease_expires_at, &epoch, |fleet, t| fleet.renew_compact(t, ttl))
+    }
+
+    /// `release` on the attached memory store, answered compactly; `undefined` without one.
+    #[wasm_bindgen(js_name = releaseCompact)]
+    pub fn release_compact(
+        &self,
+        run_id: JsValue,
+        owner: JsValue,
+        lease_expires_at: JsValue,
+        epoch: JsValue,
+        next_status: JsValue,
+    ) -> Result<Option<String>, JsValue> {
+        let next = text("nextStatus", &next_status)?;
+        self.with_token(&run_id, &owner, &lease_expires_at, &epoch, |fleet, t| fleet.release_compact(t, &next))
+    }
+
+    /// `verifyFence` on the attached memory store, answered compactly; `undefined` without one.
+    #[wasm_bindgen(js_name = verifyFenceCompact)]
+    pub fn verify_fence_compact(
+        &self,
+        run_id: JsValue,
+        owner: JsValue,
+        lease_expires_at: JsValue,
+        epoch: JsValue,
+    ) -> Result<Option<String>, JsValue> {
+        self.with_token(&run_id, &owner, &lease_expires_at, &epoch, BridgeFleet::verify_fence_compact)
+    }
+
     /// The 13 counters (an object with the reference's camelCase names).
     pub fn metrics(&self) -> Result<JsValue, JsValue> {
         let text = serde_json::to_string(&self.inner.metrics())
@@ -73,6 +127,31 @@ impl NativeFleet {
     pub fn receipt_count(&self) -> f64 {
         num(i64::try_from(self.inner.receipt_count()).unwrap_or(i64::MAX))
     }
+}
+
+impl NativeFleet {
+    /// Runs `call` with the token built from its parts; a bad expiry is the failed step.
+    fn with_token(
+        &self,
+        run_id: &JsValue,
+        owner: &JsValue,
+        lease_expires_at: &JsValue,
+        epoch: &JsValue,
+        call: impl FnOnce(&BridgeFleet, &FencingToken) -> Option<String>,
+    ) -> Result<Option<String>, JsValue> {
+        let (run_id, owner) = (text("fence.runId", run_id)?, text("fence.owner", owner)?);
+        let expiry = text("fence.leaseExpiresAt", lease_expires_at)?;
+        Ok(match token_of(run_id, owner, &expiry, opt_int("fence.epoch", epoch)?) {
+            Ok(token) => call(&self.inner, &token),
+            Err(e) => Some(failed_step(e)),
+        })
+    }
+}
+
+/// The layouts of the compact answers (JSON; `bridge::compact_layouts` in the core).
+#[wasm_bindgen(js_name = compactLayouts)]
+pub fn compact_layouts() -> String {
+    heart_fleet_core::bridge::compact_layouts()
 }
 
 /// One operation waiting for JavaScript. Resume it with the answer to its current need.
