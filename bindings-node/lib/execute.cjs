@@ -41,7 +41,7 @@ async function guardIrreversible(heart, fence, ledger, effectKey, effect) {
   str('effectKey', effectKey);
   if (typeof effect !== 'function') throw typeError('guardIrreversible: effect must be a function');
   let result;
-  const r = await drive(heart, 'guard', { fence: f, effectKey }, {
+  const r = await drive(heart, 'guardIrreversible', { fence: f, effectKey }, {
     recordOnce: (runId, key) => ledger.recordOnce(runId, key),
     effect: async (key, epoch) => {
       result = await effect({ epoch, effectKey: key });

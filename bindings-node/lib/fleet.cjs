@@ -448,13 +448,13 @@ class HeartFleet {
   async verifyFence(fence) {
     const f = fenceOf('fence', fence);
     if (this._memory) return compactValue(this, this[NATIVE].verifyFenceCompact(f.runId, f.owner, f.leaseExpiresAt, f.epoch));
-    return drive(this, 'verify', { fence: f });
+    return drive(this, 'verifyFence', { fence: f });
   }
 
   /** `reclaimExpired({limit = 100})` → `{reclaimedCount, reclaimedIds, quarantinedIds, errors}`. */
   async reclaimExpired(options) {
     const o = optsOf('reclaimExpired options', options, RECLAIM_OPTIONS);
-    return drive(this, 'reclaim', { limit: optInt('limit', o.limit, 0, U32, 100) });
+    return drive(this, 'reclaimExpired', { limit: optInt('limit', o.limit, 0, U32) });
   }
 
   /**
@@ -464,9 +464,9 @@ class HeartFleet {
    */
   async reclaimDeadInstanceRuns(options) {
     const o = optsOf('reclaimDeadInstanceRuns options', options, LIVENESS_OPTIONS);
-    const summary = await drive(this, 'liveness', {
-      ttlMs: optInt('ttlMs', o.ttlMs, 0, Number.MAX_SAFE_INTEGER, 90_000),
-      limit: optInt('maxReclaimsPerCycle', o.maxReclaimsPerCycle ?? o.limit, 0, U32, 200),
+    const summary = await drive(this, 'reclaimDeadInstanceRuns', {
+      ttlMs: optInt('ttlMs', o.ttlMs, 0, Number.MAX_SAFE_INTEGER),
+      limit: optInt('maxReclaimsPerCycle', o.maxReclaimsPerCycle ?? o.limit, 0, U32),
     });
     return referenceShape(summary, LIVENESS_FIELDS);
   }
@@ -517,7 +517,7 @@ class HeartFleet {
     if (o.status !== undefined && o.status !== null && !RUN_STATUSES.includes(o.status)) {
       throw typeError(`status must be one of ${RUN_STATUSES.join(', ')}, got ${describe(o.status)}`);
     }
-    return drive(this, 'listRuns', { status: o.status ?? null, limit: optInt('limit', o.limit, 0, U32, 100) });
+    return drive(this, 'listRuns', { status: o.status ?? null, limit: optInt('limit', o.limit, 0, U32) });
   }
 
   /** Operator: one run, or null. */
@@ -527,7 +527,7 @@ class HeartFleet {
 
   /** Operator: a quarantined run back to `ready` with `retries = 0` (receipt `requeued`). */
   async requeueRun(runId, operator) {
-    return drive(this, 'requeue', { runId: str('runId', runId), operator: str('operator', operator) });
+    return drive(this, 'requeueRun', { runId: str('runId', runId), operator: str('operator', operator) });
   }
 
   /** Operator: remove a lease by force, back to `ready` (receipt `force_released`). */

@@ -230,10 +230,10 @@ class LivenessReclaimer {
       s.errors = s.errors.map((e) => ({ id: e.runId, error: e.error }));
       return s;
     }
-    const limit = optInt('maxReclaimsPerCycle', maxReclaimsPerCycle, 0, 2 ** 32 - 1, 200);
+    const limit = optInt('maxReclaimsPerCycle', maxReclaimsPerCycle, 0, 2 ** 32 - 1);
     const pass = new LivenessPass(this._liveness, this.ttlMs);
     const fleet = this.heart ?? new HeartFleet({ store: pass, maxRetries: null, ...this._fleetOptions });
-    const summary = await drive(fleet, 'liveness', { ttlMs: this.ttlMs, limit }, undefined, () => pass);
+    const summary = await drive(fleet, 'reclaimDeadInstanceRuns', { ttlMs: this.ttlMs, limit }, undefined, () => pass);
     return pass.summary(summary);
   }
 

@@ -438,8 +438,8 @@ async function reconcileOutbox(ledger, options) {
     throw typeError('reconcileOutbox: heart must be a HeartFleet over the ledger\'s store');
   }
   if (o.now !== undefined && typeof o.now !== 'function') throw typeError(`reconcileOutbox: now must be a function returning a Date, got ${describe(o.now)}`);
-  const maxAttempts = optInt('maxAttempts', o.maxAttempts, 0, Number.MAX_SAFE_INTEGER, 5);
-  const limit = optInt('limit', o.limit, 0, U32, 50);
+  const maxAttempts = optInt('maxAttempts', o.maxAttempts, 0, Number.MAX_SAFE_INTEGER);
+  const limit = optInt('limit', o.limit, 0, U32);
   const host = {
     probe: async (intent) => {
       const p = probeOf(probes, intent.channel);
@@ -447,7 +447,7 @@ async function reconcileOutbox(ledger, options) {
       return verdictOf(await p(intent));
     },
   };
-  return drive(heart, 'reconcile', { maxAttempts, limit }, host, ledger._client ? routeTo(ledger._view({ now: o.now })) : undefined);
+  return drive(heart, 'reconcileOutbox', { maxAttempts, limit }, host, ledger._client ? routeTo(ledger._view({ now: o.now })) : undefined);
 }
 
 module.exports = { DurableEffectLedger, sendOnce, reconcileOutbox, CHANNELS, MemoryLeaseStore };

@@ -94,7 +94,7 @@ function int(name, v, min, max) {
   return v;
 }
 
-/** An optional integer (undefined/null → the default). */
+/** `int`, or `dflt` (undefined: left to the core's default) for undefined or null. */
 function optInt(name, v, min, max, dflt) {
   if (v === undefined || v === null) return dflt;
   return int(name, v, min, max);

@@ -428,7 +428,7 @@ test('the process survives garbage sent straight to the native module', () => {
   assert.ok(native);
   const fleet = new native.NativeFleet(5, false);
   for (const args of ['', '{', 'null', '[]', '{"fence":1}', '{"runId":"r","owner":"w","ttlSeconds":1e300}']) {
-    for (const kind of ['acquire', 'renew', 'release', 'verify', 'guard', 'sendOnce', 'nope']) {
+    for (const kind of ['acquire', 'renew', 'release', 'verifyFence', 'guardIrreversible', 'sendOnce', 'reclaimExpired', 'nope']) {
       const r = fleet.begin(kind, args);
       if (typeof r === 'string') {
         const step = JSON.parse(r);

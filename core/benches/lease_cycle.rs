@@ -91,7 +91,7 @@ fn bench_cycle(c: &mut Criterion) {
                 let a = step("acquire", r#"{"runId":"bench-run","owner":"worker-A","ttlSeconds":60}"#);
                 let at = a.find(r#""fence":"#).expect("acquired") + 8;
                 let fence = &a[at..at + a[at..].find('}').expect("a token") + 1];
-                let v = step("verify", &format!(r#"{{"fence":{fence}}}"#));
+                let v = step("verifyFence", &format!(r#"{{"fence":{fence}}}"#));
                 let r = step("release", &format!(r#"{{"fence":{fence},"nextStatus":"ready"}}"#));
                 black_box((v, r))
             })

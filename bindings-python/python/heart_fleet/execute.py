@@ -133,7 +133,7 @@ def guard_irreversible(
     (code ``deduped``). An effect that raises propagates its exception; the key stays
     recorded (at most once)."""
     args, host = _guard_plan(heart, fence, ledger, effect_key, effect, False)
-    return _guard_result(_driver.drive_sync(heart, "guard", args, host), host)
+    return _guard_result(_driver.drive_sync(heart, "guardIrreversible", args, host), host)
 
 
 async def guard_irreversible_async(
@@ -145,7 +145,7 @@ async def guard_irreversible_async(
 ) -> GuardResult:
     """:func:`guard_irreversible`, awaiting the store, the ledger and the effect."""
     args, host = _guard_plan(heart, fence, ledger, effect_key, effect, True)
-    return _guard_result(await _driver.drive_async(heart, "guard", args, host), host)
+    return _guard_result(await _driver.drive_async(heart, "guardIrreversible", args, host), host)
 
 
 def heartbeat_interval_ms(ttl_seconds: int, renew_every_ms: int | None = None) -> int:

@@ -256,7 +256,7 @@ class HeartFleet:
 
     @staticmethod
     def _verify(fence: object) -> Plan:
-        return ("verify", _args(fence=_check.fence("fence", fence)), bool)
+        return ("verifyFence", _args(fence=_check.fence("fence", fence)), bool)
 
     def verify_fence(self, fence: FencingToken) -> bool:
         """Whether the token holds a live lease (one conditional write)."""
@@ -270,7 +270,7 @@ class HeartFleet:
 
     @staticmethod
     def _reclaim(limit: object) -> Plan:
-        return ("reclaim", _args(limit=_check.integer("limit", limit, 0, _check.U32)), ReclaimResult.from_json)
+        return ("reclaimExpired", _args(limit=_check.integer("limit", limit, 0, _check.U32)), ReclaimResult.from_json)
 
     def reclaim_expired(self, limit: int = 100) -> ReclaimResult:
         """The sweeper: expired leases back to ``ready`` (``quarantined`` at the retry ceiling)."""
@@ -283,7 +283,7 @@ class HeartFleet:
     @staticmethod
     def _liveness(ttl_ms: object, limit: object) -> Plan:
         return (
-            "liveness",
+            "reclaimDeadInstanceRuns",
             _args(
                 ttlMs=_check.integer("ttl_ms", ttl_ms, 0, _check.I53),
                 limit=_check.integer("max_reclaims_per_cycle", limit, 0, _check.U32),
@@ -413,7 +413,7 @@ class HeartFleet:
     @staticmethod
     def _requeue(run_id: object, operator: object) -> Plan:
         return (
-            "requeue",
+            "requeueRun",
             _args(runId=_check.text("run_id", run_id), operator=_check.text("operator", operator)),
             RunRow.from_json,
         )

@@ -373,7 +373,7 @@ def reconcile_outbox(
     if isinstance(probes, Mapping) and any(inspect.iscoroutinefunction(p) for p in probes.values()):
         raise InvalidTypeError("reconcile_outbox: a probe is a coroutine function: use reconcile_outbox_async")
     heart, args, host = _reconcile_plan(ledger, probes, max_attempts, limit)
-    return ReconcileResult.from_json(_driver.ok_of(_driver.drive_sync(heart, "reconcile", args, host)))
+    return ReconcileResult.from_json(_driver.ok_of(_driver.drive_sync(heart, "reconcileOutbox", args, host)))
 
 
 async def reconcile_outbox_async(
@@ -385,4 +385,4 @@ async def reconcile_outbox_async(
 ) -> ReconcileResult:
     """:func:`reconcile_outbox`, awaiting the store and the probes."""
     heart, args, host = _reconcile_plan(ledger, probes, max_attempts, limit)
-    return ReconcileResult.from_json(_driver.ok_of(await _driver.drive_async(heart, "reconcile", args, host)))
+    return ReconcileResult.from_json(_driver.ok_of(await _driver.drive_async(heart, "reconcileOutbox", args, host)))

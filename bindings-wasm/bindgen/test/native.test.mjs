@@ -63,7 +63,7 @@ function world() {
   const fleet = new native.NativeFleet(5, false);
   fleet.attachMemoryStore(store);
   const jsFleet = new native.NativeFleet(5, false);
-  const op = jsFleet.begin('verify', JSON.stringify({ fence: { runId: 'r1', owner: 'w', leaseExpiresAt: '2026-07-30T00:01:00.000Z' } }));
+  const op = jsFleet.begin('verifyFence', JSON.stringify({ fence: { runId: 'r1', owner: 'w', leaseExpiresAt: '2026-07-30T00:01:00.000Z' } }));
   const session = native.NativeLeaseSession.create(60, null);
   return { store, fleet, op, session };
 }
@@ -160,7 +160,7 @@ test('every raw export answers wrong types with a coded Error, never a trap', ()
 test('garbage through the step protocol ends operations with a code, and the module survives', () => {
   const fleet = new native.NativeFleet(5, false);
   for (const args of ['', '{', 'null', '[]', '{"fence":1}', '{"runId":"r","owner":"w","ttlSeconds":1e300}']) {
-    for (const kind of ['acquire', 'renew', 'release', 'verify', 'guard', 'sendOnce', 'nope']) {
+    for (const kind of ['acquire', 'renew', 'release', 'verifyFence', 'guardIrreversible', 'sendOnce', 'reclaimExpired', 'nope']) {
       const r = fleet.begin(kind, args);
       if (typeof r === 'string') {
         assert.ok(JSON.parse(r).done);

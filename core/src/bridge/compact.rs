@@ -450,13 +450,13 @@ mod tests {
         assert_eq!(receipt, expected["receipts"][0]);
 
         let token: FencingToken = serde_json::from_value(fence.clone()).unwrap();
-        let args = json!({ "fence": fence, "ttlSeconds": 30, "nextStatus": "completed" }).to_string();
         let v = compact.verify_fence_compact(&token).unwrap();
         assert!(v.starts_with("V\u{1f}1\u{1f}1\u{1f}"), "{v}");
-        assert_eq!(json_step(&by_json, "verify", &args)["ok"], true);
+        assert_eq!(json_step(&by_json, "verifyFence", &json!({ "fence": fence }).to_string())["ok"], true);
         let n = compact.renew_compact(&token, 30).unwrap();
         let values: Vec<&str> = n.split(sep).collect();
         let renewed = decode(&mut values[1..].iter(), &layouts["token"]);
+        let args = json!({ "fence": fence, "ttlSeconds": 30 }).to_string();
         assert_eq!(renewed, json_step(&by_json, "renew", &args)["ok"]["value"]);
         let token: FencingToken = serde_json::from_value(renewed).unwrap();
         let args = json!({ "fence": token, "nextStatus": "completed" }).to_string();

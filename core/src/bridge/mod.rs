@@ -62,6 +62,7 @@
 //! assert_eq!(fleet.metrics().acquire_wins, 1);
 //! ```
 
+mod call;
 mod canonical;
 mod compact;
 mod memory;
@@ -69,6 +70,7 @@ mod op;
 mod session;
 mod sql;
 
+pub use call::*;
 pub use canonical::*;
 pub use compact::*;
 pub use memory::*;

@@ -7,12 +7,13 @@ use std::sync::{Arc, Mutex};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::call::Call;
 use super::memory::BridgeMemoryStore;
 use crate::driver::Recorder;
 use crate::machine::{Answer, Event, Machine, Need, ProbeVerdict, Step};
 use crate::metrics::HeartMetrics;
-use crate::model::{FencingToken, RunStatus};
-use crate::ops::{self, FleetConfig, ReleaseTo};
+
+use crate::ops::{self, FleetConfig};
 use crate::receipt::HeartReceipt;
 use crate::{ErrorCode, HeartError, LeaseStore, StoreAnswer, StoreError};
 
@@ -80,142 +81,39 @@ fn boxed<T: serde::Serialize + 'static>(machine: Machine<T>) -> Box<dyn DynOp + 
     Box::new(Typed { machine, out: to_json::<T> })
 }
 
-fn parse<'a, T: Deserialize<'a>>(kind: &str, args: &'a str) -> Result<T, HeartError> {
-    serde_json::from_str(args).map_err(|e| HeartError::invalid(format!("{kind}: bad arguments: {e}")))
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AcquireArgs {
-    run_id: String,
-    owner: String,
-    ttl_seconds: i64,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FenceArgs {
-    fence: FencingToken,
-    #[serde(default)]
-    ttl_seconds: i64,
-    #[serde(default)]
-    next_status: String,
-    #[serde(default)]
-    effect_key: String,
-    #[serde(default)]
-    channel: String,
-    #[serde(default)]
-    payload: Value,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LimitArgs {
-    limit: u32,
-    #[serde(default)]
-    ttl_ms: i64,
-    #[serde(default)]
-    max_attempts: i64,
-    #[serde(default)]
-    status: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct IdArgs {
-    #[serde(default)]
-    run_id: String,
-    #[serde(default)]
-    instance_id: String,
-    #[serde(default)]
-    effect_key: String,
-    #[serde(default)]
-    operator: String,
-    #[serde(default)]
-    hostname: Option<String>,
-    #[serde(default)]
-    pid: Option<i64>,
-    #[serde(default)]
-    metadata: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ResourceArgs {
-    kind: String,
-    key: String,
-    objective: String,
-    created_by: String,
-}
-
 fn ensured((run, created): (crate::RunRow, bool)) -> String {
     format!("{{\"run\":{},\"created\":{created}}}", to_json(run))
 }
 
-/// Builds the machine of operation `kind` from its JSON arguments.
-fn build(kind: &str, args: &str, cfg: FleetConfig) -> Result<Box<dyn DynOp + Send>, HeartError> {
-    Ok(match kind {
-        "acquire" => {
-            let a: AcquireArgs = parse(kind, args)?;
-            boxed(ops::acquire(cfg, &a.run_id, &a.owner, a.ttl_seconds))
+/// The machine of `call`, its result written as the JSON the host's API returns.
+fn build(call: Call, cfg: FleetConfig) -> Box<dyn DynOp + Send> {
+    match call {
+        Call::Acquire { run_id, owner, ttl_seconds } => boxed(ops::acquire(cfg, &run_id, &owner, ttl_seconds)),
+        Call::Renew { fence, ttl_seconds } => boxed(ops::renew(&fence, ttl_seconds)),
+        Call::Release { fence, next_status } => boxed(ops::release(&fence, next_status)),
+        Call::VerifyFence { fence } => boxed(ops::verify_fence(&fence)),
+        Call::GuardIrreversible { fence, effect_key } => boxed(ops::guard_irreversible(&fence, &effect_key)),
+        Call::SendOnce { fence, channel, effect_key, payload } => {
+            boxed(ops::send_once(&fence, &channel, &effect_key, &payload))
         }
-        "renew" => {
-            let a: FenceArgs = parse(kind, args)?;
-            boxed(ops::renew(&a.fence, a.ttl_seconds))
+        Call::ReclaimExpired { limit } => boxed(ops::reclaim_expired(cfg, limit)),
+        Call::ReconcileOutbox { max_attempts, limit } => boxed(ops::reconcile_outbox(max_attempts, limit)),
+        Call::ReclaimDeadInstanceRuns { ttl_ms, limit } => boxed(ops::reclaim_dead_instance_runs(cfg, ttl_ms, limit)),
+        Call::ListRuns { status, limit } => boxed(ops::list_runs(status, limit)),
+        Call::RecordOnce { run_id, effect_key } => boxed(ops::durable_record_once(&run_id, &effect_key)),
+        Call::RegisterInstance { instance_id, hostname, pid, metadata } => {
+            boxed(ops::register_instance(&instance_id, hostname.as_deref(), pid, metadata))
         }
-        "release" => {
-            let a: FenceArgs = parse(kind, args)?;
-            boxed(ops::release(&a.fence, ReleaseTo::parse(&a.next_status)?))
+        Call::HeartbeatInstance { instance_id } => boxed(ops::heartbeat_instance(&instance_id)),
+        Call::DrainInstance { instance_id } => boxed(ops::drain_instance(&instance_id)),
+        Call::ListInstances => boxed(ops::list_instances()),
+        Call::GetRun { run_id } => boxed(ops::get_run(&run_id)),
+        Call::RequeueRun { run_id, operator } => boxed(ops::requeue_run(&run_id, &operator)),
+        Call::ForceRelease { run_id } => boxed(ops::force_release(&run_id)),
+        Call::EnsureResourceRun { kind, key, objective, created_by } => {
+            Box::new(Typed { machine: ops::ensure_resource_run(&kind, &key, &objective, &created_by), out: ensured })
         }
-        "verify" => boxed(ops::verify_fence(&parse::<FenceArgs>(kind, args)?.fence)),
-        "guard" => {
-            let a: FenceArgs = parse(kind, args)?;
-            boxed(ops::guard_irreversible(&a.fence, &a.effect_key))
-        }
-        "sendOnce" => {
-            let a: FenceArgs = parse(kind, args)?;
-            boxed(ops::send_once(&a.fence, &a.channel, &a.effect_key, &a.payload))
-        }
-        "reclaim" => boxed(ops::reclaim_expired(cfg, parse::<LimitArgs>(kind, args)?.limit)),
-        "reconcile" => {
-            let a: LimitArgs = parse(kind, args)?;
-            boxed(ops::reconcile_outbox(a.max_attempts, a.limit))
-        }
-        "liveness" => {
-            let a: LimitArgs = parse(kind, args)?;
-            boxed(ops::reclaim_dead_instance_runs(cfg, a.ttl_ms, a.limit))
-        }
-        "listRuns" => {
-            let a: LimitArgs = parse(kind, args)?;
-            let status = a.status.as_deref().map(RunStatus::parse).transpose()?;
-            boxed(ops::list_runs(status, a.limit))
-        }
-        "recordOnce" => {
-            let a: IdArgs = parse(kind, args)?;
-            boxed(ops::durable_record_once(&a.run_id, &a.effect_key))
-        }
-        "registerInstance" => {
-            let a: IdArgs = parse(kind, args)?;
-            boxed(ops::register_instance(&a.instance_id, a.hostname.as_deref(), a.pid, a.metadata))
-        }
-        "heartbeatInstance" => boxed(ops::heartbeat_instance(&parse::<IdArgs>(kind, args)?.instance_id)),
-        "drainInstance" => boxed(ops::drain_instance(&parse::<IdArgs>(kind, args)?.instance_id)),
-        "listInstances" => boxed(ops::list_instances()),
-        "getRun" => boxed(ops::get_run(&parse::<IdArgs>(kind, args)?.run_id)),
-        "requeue" => {
-            let a: IdArgs = parse(kind, args)?;
-            boxed(ops::requeue_run(&a.run_id, &a.operator))
-        }
-        "forceRelease" => boxed(ops::force_release(&parse::<IdArgs>(kind, args)?.run_id)),
-        "ensureResourceRun" => {
-            let a: ResourceArgs = parse(kind, args)?;
-            Box::new(Typed {
-                machine: ops::ensure_resource_run(&a.kind, &a.key, &a.objective, &a.created_by),
-                out: ensured,
-            })
-        }
-        other => return Err(HeartError::invalid(format!("unknown operation {other:?}"))),
-    })
+    }
 }
 
 /// Writes a step as JSON text, with the receipts waiting for a sink.
@@ -334,8 +232,8 @@ impl BridgeFleet {
 
     fn begin_with(&self, kind: &str, args: &str, memory: Option<BridgeMemoryStore>) -> Begun {
         let config = self.shared.lock().map(|s| s.config).unwrap_or_default();
-        let op = match build(kind, args, config) {
-            Ok(op) => op,
+        let op = match Call::parse(kind, args) {
+            Ok(call) => build(call, config),
             Err(e) => return Begun::Done(step_json(&Step::Done(Err(e)), Vec::new())),
         };
         let mut running = Running { op, shared: self.shared.clone(), memory };
@@ -537,8 +435,8 @@ mod tests {
     #[test]
     fn a_host_store_op_hands_the_request_out_and_a_failure_is_store_unavailable() {
         let f = fleet(None);
-        let Begun::Pending(mut op) =
-            f.begin("verify", r#"{"fence":{"runId":"r","owner":"w","leaseExpiresAt":"2026-07-30T00:01:00.000Z"}}"#)
+        let Begun::Pending(mut op) = f
+            .begin("verifyFence", r#"{"fence":{"runId":"r","owner":"w","leaseExpiresAt":"2026-07-30T00:01:00.000Z"}}"#)
         else {
             panic!("expected a pending op");
         };
