@@ -9,6 +9,9 @@
 //! * `lease_cycle/bridge_json`: the same cycle through the JSON bridge the bindings drive
 //!   (`bridge::BridgeFleet::begin`: arguments and results as JSON text, receipts handed over
 //!   with each step), without any binding: what the JSON protocol itself costs.
+//! * `lease_cycle/bridge_json_host_store`: the JSON bridge with every store request handed
+//!   out as JSON and answered by the bridge's memory store as JSON text (the path of a JS
+//!   store object, without JavaScript).
 //! * `lease_cycle/bridge_compact`: the same cycle through the bridge's compact answers
 //!   (`BridgeFleet::acquire_compact` and its siblings: typed arguments, results and receipts
 //!   as separated values), the bindings' memory-store fast path.
@@ -87,6 +90,37 @@ fn bench_cycle(c: &mut Criterion) {
             Begun::Pending(_) => panic!("the memory store answers in place"),
         };
         group.bench_function("bridge_json", |b| {
+            b.iter(|| {
+                let a = step("acquire", r#"{"runId":"bench-run","owner":"worker-A","ttlSeconds":60}"#);
+                let at = a.find(r#""fence":"#).expect("acquired") + 8;
+                let fence = &a[at..at + a[at..].find('}').expect("a token") + 1];
+                let v = step("verifyFence", &format!(r#"{{"fence":{fence}}}"#));
+                let r = step("release", &format!(r#"{{"fence":{fence},"nextStatus":"ready"}}"#));
+                black_box((v, r))
+            })
+        });
+    }
+    // The same cycle with every store request handed to the host as JSON and answered by
+    // the bridge's memory store as JSON text: a JS store object's path, without JavaScript.
+    {
+        let store = BridgeMemoryStore::new(T0.0);
+        store
+            .insert(&serde_json::to_string(&RunRow::ready("bench-run", "heart:resource:bench", T0)).expect("a row"))
+            .expect("insert the resource run");
+        let bridge = BridgeFleet::new(None, true);
+        let step = |kind: &str, args: &str| -> String {
+            match bridge.begin(kind, args) {
+                Begun::Done(text) => text,
+                Begun::Pending(mut op) => loop {
+                    let answer = store.execute_json(op.request()).expect("the memory store answers");
+                    let text = op.resume_store(&answer);
+                    if op.is_done() {
+                        break text;
+                    }
+                },
+            }
+        };
+        group.bench_function("bridge_json_host_store", |b| {
             b.iter(|| {
                 let a = step("acquire", r#"{"runId":"bench-run","owner":"worker-A","ttlSeconds":60}"#);
                 let at = a.find(r#""fence":"#).expect("acquired") + 8;

@@ -3,7 +3,8 @@
 //! Two engines run them: the native [`HeartFleet`] (implemented here) and the WebAssembly
 //! component through wasmtime (`ComponentFleet` in `heart-fleet-wasmtime-host`). Code that
 //! must run on either, like the CLI's commands and the conformance runner
-//! ([`crate::conformance::Engine`] extends this trait with the memory store's controls),
+//! (`conformance::Engine`, with the `testkit` feature, extends this trait with the memory
+//! store's controls),
 //! takes `&mut dyn FleetApi`. The inherent methods of each engine stay the primary API for
 //! users who know their engine; they take generic closures, the trait takes `dyn` ones.
 

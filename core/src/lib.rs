@@ -32,6 +32,13 @@
 //! from their event loops, awaiting the host's store, over the JSON step protocol of
 //! [`bridge`].
 //!
+//! ## Features
+//!
+//! * `testkit` (off by default): `conformance`, the scenario replay every binding compares
+//!   itself with, and `store_suite`, the checks every store must pass. They are harnesses,
+//!   not part of the lease layer's API; the bindings' conformance runners and the stores'
+//!   tests turn the feature on.
+//!
 //! ```
 //! use heart_fleet_core::{HeartFleet, MemoryStore, RunRow, Timestamp, ops::ReleaseTo};
 //!
@@ -52,6 +59,7 @@
 pub mod api;
 pub mod bridge;
 pub mod canonical;
+#[cfg(feature = "testkit")]
 pub mod conformance;
 pub mod driver;
 pub mod error;
@@ -65,6 +73,7 @@ pub mod receipt;
 pub mod request;
 pub mod session;
 pub mod sql;
+#[cfg(feature = "testkit")]
 pub mod store_suite;
 pub mod time;
 

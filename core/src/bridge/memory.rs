@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::Value;
 
 use super::{BridgeResult, invalid, parse_json, protocol, to_text};
+#[cfg(feature = "testkit")]
 use crate::conformance;
 use crate::model::{InstanceRow, IntentRow};
 use crate::request::{Cond, IntentCol, StoreRequest, Val};
-use crate::{ErrorCode, HeartError, HeartFleet, LeaseStore, MemoryStore, RunRow, Timestamp};
+use crate::{ErrorCode, HeartError, LeaseStore, MemoryStore, RunRow, Timestamp};
 
 /// A shared handle on a [`MemoryStore`]: an injectable clock (milliseconds since the Unix
 /// epoch), runs, effect intents, the dispatch log and instances, with injectable failures.
@@ -36,6 +37,7 @@ impl BridgeMemoryStore {
     }
 
     /// The store seeded by a conformance scenario (its clock, runs, instances and intents).
+    #[cfg(feature = "testkit")]
     pub fn from_scenario(scenario: &str) -> BridgeResult<BridgeMemoryStore> {
         let value: Value = parse_json(scenario, "bad scenario JSON")?;
         let setup = conformance::setup(&value).map_err(invalid)?;
@@ -133,6 +135,7 @@ impl BridgeMemoryStore {
 }
 
 /// The fleet configuration of a conformance scenario (JSON `{"maxRetries": n | null}`).
+#[cfg(feature = "testkit")]
 pub fn scenario_config(scenario: &str) -> BridgeResult<String> {
     let value: Value = parse_json(scenario, "bad scenario JSON")?;
     let setup = conformance::setup(&value).map_err(invalid)?;
@@ -142,9 +145,10 @@ pub fn scenario_config(scenario: &str) -> BridgeResult<String> {
 /// Replays a conformance scenario on the native Rust engine (the core's `HeartFleet` over
 /// the memory store) and returns the replay (JSON): what every step returned, the receipts,
 /// the counters and the final rows. Bindings compare their own replay with it.
+#[cfg(feature = "testkit")]
 pub fn native_replay(scenario: &str) -> BridgeResult<String> {
     let replay = conformance::replay(scenario, |setup| {
-        Ok(HeartFleet::new(setup.store).with_max_retries(setup.config.max_retries))
+        Ok(crate::HeartFleet::new(setup.store).with_max_retries(setup.config.max_retries))
     })
     .map_err(invalid)?;
     Ok(to_text(&replay))
@@ -159,7 +163,11 @@ pub fn store_request(kind: &str, args: &str) -> BridgeResult<String> {
     let req = match kind {
         "now" => StoreRequest::Now,
         "staleIntents" => {
-            let limit = args.get("limit").and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok()).unwrap_or(50);
+            let limit = args
+                .get("limit")
+                .and_then(Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(crate::ops::DEFAULT_RECONCILE_LIMIT);
             let when = Cond::And(vec![
                 Cond::Eq(IntentCol::State, Val::Text("dispatched".into())),
                 Cond::ExpiredAt(IntentCol::FenceExpiresAt),
