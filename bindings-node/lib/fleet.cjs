@@ -32,23 +32,10 @@ const {
   firstLine,
 } = require('./util.cjs');
 
-const MAX_TTL_SECONDS = 31_536_000;
+const contract = require('./contract.cjs');
+
+const { maxTtlSeconds: MAX_TTL_SECONDS, runStatuses: RUN_STATUSES, nextStatuses: NEXT_STATUSES } = contract;
 const U32 = 2 ** 32 - 1;
-const RUN_STATUSES = Object.freeze([
-  'created',
-  'ready',
-  'leased',
-  'running',
-  'waiting_approval',
-  'blocked',
-  'verifying',
-  'recovering',
-  'completed',
-  'failed',
-  'cancelled',
-  'quarantined',
-]);
-const NEXT_STATUSES = Object.freeze(['completed', 'failed', 'cancelled', 'ready']);
 
 const INVALID_ACQUIRE = () => withExtras({ acquired: false, run: null, reason: 'Invalid input' }, { code: 'invalid-input' });
 /** The reference's AcquireResult fields; `code` is ours (non-enumerable). */
@@ -289,7 +276,7 @@ function checkStore(store) {
 }
 
 function maxRetriesOf(v) {
-  if (v === undefined) return 5;
+  if (v === undefined) return contract.defaults.maxRetries;
   if (v === null || v === Infinity) return null;
   return int('maxRetries', v, 0, U32);
 }

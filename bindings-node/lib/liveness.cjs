@@ -5,7 +5,7 @@ const { HeartFleet, drive, storeKind, leaseStoreGap } = require('./fleet.cjs');
 const { missingMethods, fillRun } = require('./reference-store.cjs');
 const { typeError, codedError, opts: optsOf, optInt, describe, messageOf } = require('./util.cjs');
 
-const DEFAULT_LIVENESS_TTL_MS = 90_000;
+const DEFAULT_LIVENESS_TTL_MS = require('./contract.cjs').defaults.livenessTtlMs;
 const RECLAIMER_OPTIONS = ['heart', 'store', 'ttlMs', 'maxRetries', 'storeTimeoutMs'];
 const PASS_OPTIONS = ['maxReclaimsPerCycle', 'limit'];
 

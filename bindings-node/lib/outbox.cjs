@@ -41,7 +41,7 @@ const {
 } = require('./util.cjs');
 const { toCoreJson, evidenceJson, unstorableEvidence } = require('./canonical.cjs');
 
-const CHANNELS = Object.freeze(['telegram', 'farcaster', 'mail', 'onchain', 'internal']);
+const { channels: CHANNELS } = require('./contract.cjs');
 const U32 = 2 ** 32 - 1;
 /** The store requests of the two ledger tables (routed to a `{client}` ledger's store). */
 const LEDGER_OPS = new Set(['claim_intent', 'update_intent', 'scan_intents', 'read_log']);

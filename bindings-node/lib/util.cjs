@@ -1,21 +1,10 @@
 'use strict';
 // Errors with stable codes, and argument checks shared by the whole package.
 
-/** Every stable error code of the core's registry (core/src/error.rs). */
-const ERROR_CODES = Object.freeze([
-  'invalid-input',
-  'run-not-found',
-  'lease-held',
-  'collision',
-  'fence-rejected',
-  'quarantined',
-  'deduped',
-  'store-unavailable',
-  'store-protocol',
-  'receipt-tampered',
-  'effect-failed',
-  'invalid-state',
-]);
+const contract = require('./contract.cjs');
+
+/** Every stable error code of the core's registry, in its order. */
+const ERROR_CODES = contract.errorCodes;
 
 /** An `Error` with a stable `.code` from the core's registry. */
 class HeartFleetError extends Error {

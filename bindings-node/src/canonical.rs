@@ -57,3 +57,10 @@ pub fn verify_receipt_json(receipt: String) -> napi::Result<(), Code> {
 pub fn error_codes() -> Vec<String> {
     bridge::error_codes().into_iter().map(str::to_owned).collect()
 }
+
+/// The contract's constants (JSON; `bridge::contract_json` in the core): error codes, run
+/// statuses, next statuses, channels, the ttl bound, the operation names and the defaults.
+#[napi]
+pub fn contract() -> String {
+    bridge::contract_json()
+}

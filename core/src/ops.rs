@@ -156,6 +156,14 @@ pub enum ReleaseTo {
 }
 
 impl ReleaseTo {
+    /// Every next status, in the reference's order.
+    pub const ALL: [ReleaseTo; 4] = [ReleaseTo::Completed, ReleaseTo::Failed, ReleaseTo::Cancelled, ReleaseTo::Ready];
+
+    /// The status name.
+    pub fn as_str(self) -> &'static str {
+        self.status().as_str()
+    }
+
     /// Parses a next status (`completed`, `failed`, `cancelled`, `ready`).
     pub fn parse(text: &str) -> Result<ReleaseTo, HeartError> {
         match text {

@@ -54,3 +54,10 @@ pub fn verify_receipt_json(receipt: JsValue) -> Result<(), JsValue> {
 pub fn error_codes() -> js_sys::Array {
     bridge::error_codes().into_iter().map(JsValue::from_str).collect()
 }
+
+/// The contract's constants (JSON; `bridge::contract_json` in the core): error codes, run
+/// statuses, next statuses, channels, the ttl bound, the operation names and the defaults.
+#[wasm_bindgen]
+pub fn contract() -> String {
+    bridge::contract_json()
+}

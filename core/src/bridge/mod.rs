@@ -100,6 +100,31 @@ fn parse_json<'a, T: serde::Deserialize<'a>>(text: &'a str, what: &str) -> Bridg
     serde_json::from_str(text).map_err(|e| invalid(format!("{what}: {e}")))
 }
 
+/// The contract's constants, for hosts to take instead of copying (JSON): `errorCodes`,
+/// `runStatuses`, `nextStatuses` (what a release may leave a run in), `channels`,
+/// `maxTtlSeconds`, `operations` (the names [`Call::parse`] takes) and `defaults` (what an
+/// option left out becomes).
+pub fn contract_json() -> String {
+    use crate::ops;
+    serde_json::json!({
+        "errorCodes": error_codes(),
+        "runStatuses": crate::RunStatus::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+        "nextStatuses": ops::ReleaseTo::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+        "channels": crate::model::CHANNELS,
+        "maxTtlSeconds": ops::MAX_TTL_SECONDS,
+        "operations": Call::NAMES,
+        "defaults": {
+            "maxRetries": ops::DEFAULT_MAX_RETRIES,
+            "sweepLimit": ops::DEFAULT_SWEEP_LIMIT,
+            "livenessTtlMs": ops::DEFAULT_LIVENESS_TTL_MS,
+            "livenessLimit": ops::DEFAULT_LIVENESS_LIMIT,
+            "reconcileMaxAttempts": ops::DEFAULT_RECONCILE_MAX_ATTEMPTS,
+            "reconcileLimit": ops::DEFAULT_RECONCILE_LIMIT,
+        },
+    })
+    .to_string()
+}
+
 /// The stable error codes of the registry, in order.
 pub fn error_codes() -> Vec<&'static str> {
     ErrorCode::ALL.iter().map(|c| c.as_str()).collect()
