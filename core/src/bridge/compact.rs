@@ -27,6 +27,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::memory::poisoned;
 use super::op::{BridgeFleet, step_json};
 use crate::driver::{NoHost, drive};
 use crate::machine::Step;
@@ -259,7 +260,9 @@ fn released(r: &Fenced<RunRow>) -> Option<Writer> {
 }
 
 fn verified(live: &bool) -> Option<Writer> {
-    Some(Writer::new(if *live { "V\u{1f}1" } else { "V\u{1f}0" }))
+    let mut w = Writer::new("V");
+    w.raw(if *live { "1" } else { "0" });
+    Some(w)
 }
 
 /// The final step of an operation that failed before it started (a token's bad expiry
@@ -290,12 +293,6 @@ impl BridgeFleet {
         encode: Encode<T>,
     ) -> Option<String> {
         let memory = self.memory.as_ref()?;
-        let poisoned = || {
-            HeartError::new(
-                crate::ErrorCode::StoreUnavailable,
-                "the memory store is unusable (a thread panicked while using it)",
-            )
-        };
         let Ok(mut shared) = self.shared.lock() else {
             return Some(step_json(&Step::Done(Err(poisoned())), Vec::new()));
         };

@@ -21,7 +21,7 @@ pub struct BridgeMemoryStore {
     pub(super) inner: Arc<Mutex<MemoryStore>>,
 }
 
-fn poisoned() -> HeartError {
+pub(super) fn poisoned() -> HeartError {
     HeartError::new(ErrorCode::StoreUnavailable, "the memory store is unusable (a thread panicked while using it)")
 }
 

@@ -161,7 +161,7 @@ impl Running {
             };
             let answer = match self.memory.as_ref().map(|m| m.inner.lock()) {
                 Some(Ok(mut store)) => store.execute(req),
-                _ => Err(StoreError("the memory store is unusable (a thread panicked while using it)".into())),
+                _ => Err(StoreError(super::memory::poisoned().message)),
             };
             step = self.op.resume(Answer::Store(answer));
         }
