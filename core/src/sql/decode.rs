@@ -28,19 +28,33 @@ pub fn statement_count(req: &StoreRequest, dialect: Dialect) -> usize {
 pub(super) struct Cells<'a> {
     row: &'a SqlRow,
     prefix: &'a str,
+    /// Where the next lookup starts: just after the last column found. Fields are read in
+    /// the order the statements select them, so each lookup is usually one comparison
+    /// instead of a scan of the row (a before-and-after row has 36 columns).
+    next: std::cell::Cell<usize>,
 }
 
 impl<'a> Cells<'a> {
     fn new(row: &'a SqlRow, prefix: &'a str) -> Cells<'a> {
-        Cells { row, prefix }
+        Cells { row, prefix, next: std::cell::Cell::new(0) }
     }
 
     fn get(&self, name: &str) -> Result<&'a SqlValue, HeartError> {
-        self.row
+        let start = self.next.get().min(self.row.len());
+        let (tail, head) = (&self.row[start..], &self.row[..start]);
+        let found = tail
             .iter()
-            .find(|(n, _)| n.strip_prefix(self.prefix) == Some(name))
-            .map(|(_, v)| v)
-            .ok_or_else(|| protocol(format!("missing column {}{name}", self.prefix)))
+            .enumerate()
+            .map(|(i, c)| (start + i, c))
+            .chain(head.iter().enumerate())
+            .find(|(_, (n, _))| n.strip_prefix(self.prefix) == Some(name));
+        match found {
+            Some((i, (_, v))) => {
+                self.next.set(i + 1);
+                Ok(v)
+            }
+            None => Err(protocol(format!("missing column {}{name}", self.prefix))),
+        }
     }
 
     fn is_null(&self, name: &str) -> Result<bool, HeartError> {
@@ -341,4 +355,31 @@ pub(super) fn decode_sqlite(req: &StoreRequest, results: &[Vec<SqlRow>]) -> Resu
             sorted_instances(all(set(1), Cells::instance)?)
         }
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn row(names: &[&str]) -> SqlRow {
+        names.iter().enumerate().map(|(i, n)| ((*n).to_owned(), SqlValue::Int(i as i64))).collect()
+    }
+
+    #[test]
+    fn lookups_find_columns_in_any_order_and_name_a_missing_one() {
+        let r = row(&["before_id", "before_retries", "after_id", "after_retries"]);
+        let after = Cells::new(&r, "after_");
+        // In order, out of order, and the same column twice: each finds its own cell.
+        assert_eq!(after.int("id").unwrap(), 2);
+        assert_eq!(after.int("retries").unwrap(), 3);
+        assert_eq!(after.int("id").unwrap(), 2);
+        assert_eq!(after.int("retries").unwrap(), 3);
+        let before = Cells::new(&r, "before_");
+        assert_eq!(before.int("retries").unwrap(), 1);
+        assert_eq!(before.int("id").unwrap(), 0);
+        let e = after.int("epoch").unwrap_err();
+        assert!(e.message.contains("missing column after_epoch"), "{}", e.message);
+        assert!(Cells::new(&Vec::new(), "").int("id").is_err());
+    }
 }
