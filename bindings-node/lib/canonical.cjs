@@ -19,7 +19,7 @@
 const native = require('./native.cjs');
 const { typeError, codedError, rethrowNative, isThenable, nesting, tooDeep, firstLine, messageOf, wellFormed, MAX_JSON_DEPTH } = require('./util.cjs');
 
-const DIGEST_PREFIX = 'sha256:dreamnet-sorted-json:v0:';
+const { digestPrefix: DIGEST_PREFIX } = require('./contract.cjs');
 
 class Unsupported extends Error {}
 

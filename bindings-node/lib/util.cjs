@@ -115,7 +115,7 @@ function knownKeys(name, v, known, noun = 'option') {
  * The deepest nesting of arrays and objects the core takes in a JSON value (MAX_JSON_DEPTH in
  * the core's canonical JSON: `[[…]]` 512 levels deep is accepted, 513 is not).
  */
-const MAX_JSON_DEPTH = 512;
+const MAX_JSON_DEPTH = contract.maxJsonDepth;
 
 /**
  * 'deep' when `v` nests arrays/objects more than `limit` levels, 'circular' when it contains

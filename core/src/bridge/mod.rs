@@ -102,7 +102,7 @@ fn parse_json<'a, T: serde::Deserialize<'a>>(text: &'a str, what: &str) -> Bridg
 
 /// The contract's constants, for hosts to take instead of copying (JSON): `errorCodes`,
 /// `runStatuses`, `nextStatuses` (what a release may leave a run in), `channels`,
-/// `maxTtlSeconds`, `operations` (the names [`Call::parse`] takes) and `defaults` (what an
+/// `maxTtlSeconds`, `digestPrefix`, `maxJsonDepth`, `operations` (the names [`Call::parse`] takes) and `defaults` (what an
 /// option left out becomes).
 pub fn contract_json() -> String {
     use crate::ops;
@@ -112,6 +112,8 @@ pub fn contract_json() -> String {
         "nextStatuses": ops::ReleaseTo::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
         "channels": crate::model::CHANNELS,
         "maxTtlSeconds": ops::MAX_TTL_SECONDS,
+        "digestPrefix": crate::canonical::DIGEST_PREFIX,
+        "maxJsonDepth": crate::canonical::MAX_JSON_DEPTH,
         "operations": Call::NAMES,
         "defaults": {
             "maxRetries": ops::DEFAULT_MAX_RETRIES,
