@@ -3,7 +3,8 @@
 // 1. the acquire → verify → release cycle (3 receipts, each handed to a sink that drops it):
 //    a pure-JS equivalent of the reference over its async JS memory store, this binding over
 //    the Rust MemoryLeaseStore (driven inside Rust), and this binding over JS store objects
-//    (sync and async `execute`, forwarding to the Rust memory store as JSON);
+//    (sync and async `execute`, forwarding to the Rust memory store as JSON), and this
+//    binding over the reference's four-method store contract on a JS Map;
 // 2. canonicalize + digest of small, medium and large values: this binding's `digest` against
 //    a baseline of JSON.stringify over recursively sorted keys + node:crypto sha256.
 //
@@ -47,6 +48,20 @@ const mem3 = new MemoryLeaseStore(T0);
 const syncHeart = new HeartFleet({ store: { execute: (r) => mem3.execute(r) }, onReceipt: drop });
 const { run: run3 } = await syncHeart.ensureResourceRun('bench', 'cycle');
 
+// 4. this binding over the reference's own four-method store contract (getRun,
+//    conditionalUpdate, findExpiredLeases, now) over a JS Map: the same kind of object the
+//    pure-JS reference runs over in 1.
+class MapLeaseStore extends JsMemoryLeaseStore {
+  async findExpiredLeases(nowIso, limit) {
+    const now = Date.parse(nowIso);
+    const held = [...this.rows.values()].filter((r) => (r.status === 'leased' || r.status === 'running') && (!r.lease_expires_at || Date.parse(r.lease_expires_at) <= now));
+    return held.slice(0, limit).map((r) => ({ ...r }));
+  }
+}
+const mapStore = new MapLeaseStore(T0);
+mapStore.insert({ id: 'run-map', status: 'ready', lease_owner: null, lease_expires_at: null, retries: 0, idempotency_key: 'heart:resource:bench-map' });
+const mapHeart = new HeartFleet({ store: mapStore, onReceipt: drop });
+
 // Without a sink: receipts kept in Rust (a fresh fleet per 20 000 cycles bounds the memory).
 let keptHeart = new HeartFleet({ store: mem, maxRetries: 5 });
 let kept = 0;
@@ -79,7 +94,8 @@ cycles
   .add('bare native calls, compact answers, Rust memory store (no JS API layer; floor)', () => bareCycle())
   .add('heart-fleet + JS store object, sync execute', async () => cycle(syncHeart, run3.id, 'ready'))
   .add('heart-fleet + JS store object, async execute', async () => cycle(asyncHeart, run2.id, 'ready'))
-  .add('heart-fleet + JS store object, async executeJson (text)', async () => cycle(textHeart, run4.id, 'ready'));
+  .add('heart-fleet + JS store object, async executeJson (text)', async () => cycle(textHeart, run4.id, 'ready'))
+  .add("heart-fleet + the reference's four-method store over a JS Map", async () => cycle(mapHeart, 'run-map', 'ready'));
 
 // 2. canonicalize + digest
 const small = { event: 'acquired', runId: '00000000-0000-4000-8000-000000000001', owner: 'worker-A', leaseExpiresAt: '2026-07-30T00:01:00.000Z', effectKey: null };
@@ -127,12 +143,13 @@ for (const b of [cycles, digests]) {
   for (const t of b.tasks) console.log(row(t));
   console.log('');
 }
-const [jsT, rustT, , , syncT, asyncT, textT] = cycles.tasks;
+const [jsT, rustT, , , syncT, asyncT, textT, mapT] = cycles.tasks;
 console.log(`cycle: Rust memory store is ${(us(jsT) / us(rustT)).toFixed(2)}× the pure-JS speed (aim ≥ 3×)`);
 console.log(
   `cycle: with a JS store object, ${(us(jsT) / us(syncT)).toFixed(2)}× (sync), ${(us(jsT) / us(asyncT)).toFixed(2)}× (async) ` +
     `and ${(us(jsT) / us(textT)).toFixed(2)}× (async, JSON text) the pure-JS speed (aim ≥ 1×)`,
 );
+console.log(`cycle: over the reference's four-method store on a JS Map, ${(us(jsT) / us(mapT)).toFixed(2)}× the pure-JS speed (aim ≥ 1×)`);
 for (let i = 0; i < digests.tasks.length; i += 2) {
   const [ours, base] = [digests.tasks[i], digests.tasks[i + 1]];
   console.log(`digest: ${ours.name.replace('heart-fleet digest: ', '')}: ${(us(base) / us(ours)).toFixed(2)}× the baseline speed`);

@@ -75,6 +75,7 @@ pub mod session;
 pub mod sql;
 #[cfg(feature = "testkit")]
 pub mod store_suite;
+mod tagged;
 pub mod time;
 
 pub use api::{FleetApi, LeaseWork};

@@ -312,7 +312,10 @@ pub struct NewIntent {
 }
 
 /// One request to a store. Each is one statement in a SQL store.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Its JSON form is tagged by `op` (`{"op":"update_run","run_id":…}`), deserialized tag first
+/// (`crate::tagged`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum StoreRequest {
     /// Only the clock.
@@ -406,8 +409,12 @@ pub enum StoreRequest {
 }
 
 /// A store's answer to one request.
+///
+/// Its JSON form is tagged by `kind` (`{"kind":"run_write","before":…,"after":…}`),
+/// deserialized tag first (`crate::tagged`): serde's derive buffered every answer, rows and
+/// all, before reading its tag.
 #[allow(clippy::large_enum_variant)] // moved once per request; see `machine::Answer`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StoreReply {
     /// For [`StoreRequest::Now`].
@@ -463,6 +470,230 @@ pub enum StoreReply {
         /// The rows.
         instances: Vec<InstanceRow>,
     },
+}
+
+impl<'de> Deserialize<'de> for StoreReply {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<StoreReply, D::Error> {
+        crate::tagged::deserialize(d)
+    }
+}
+
+impl crate::tagged::Tagged for StoreReply {
+    const TAG: &'static str = "kind";
+    const KINDS: &'static [&'static str] =
+        &["now", "run", "run_write", "runs", "ensured", "claim", "intent", "intents", "log", "instances"];
+
+    fn variant<'de, D: serde::Deserializer<'de>>(kind: &str, d: D) -> Result<StoreReply, D::Error> {
+        use fields::*;
+        Ok(match kind {
+            "now" => {
+                Empty::deserialize(d)?;
+                StoreReply::Now
+            }
+            "run" => StoreReply::Run { run: RunFields::deserialize(d)?.run },
+            "run_write" => {
+                let f = RunWriteFields::deserialize(d)?;
+                StoreReply::RunWrite { before: f.before, after: f.after }
+            }
+            "runs" => StoreReply::Runs { runs: RunsFields::deserialize(d)?.runs },
+            "ensured" => {
+                let f = EnsuredFields::deserialize(d)?;
+                StoreReply::Ensured { run: f.run, created: f.created }
+            }
+            "claim" => {
+                let f = ClaimFields::deserialize(d)?;
+                StoreReply::Claim { intent: f.intent, claimed: f.claimed }
+            }
+            "intent" => StoreReply::Intent { intent: IntentFields::deserialize(d)?.intent },
+            "intents" => StoreReply::Intents { intents: IntentsFields::deserialize(d)?.intents },
+            "log" => StoreReply::Log { entries: LogFields::deserialize(d)?.entries },
+            "instances" => StoreReply::Instances { instances: InstancesFields::deserialize(d)?.instances },
+            other => return Err(serde::de::Error::unknown_variant(other, Self::KINDS)),
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for StoreRequest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<StoreRequest, D::Error> {
+        crate::tagged::deserialize(d)
+    }
+}
+
+impl crate::tagged::Tagged for StoreRequest {
+    const TAG: &'static str = "op";
+    const KINDS: &'static [&'static str] = &[
+        "now",
+        "read_run",
+        "update_run",
+        "scan_runs",
+        "ensure_run",
+        "claim_intent",
+        "update_intent",
+        "scan_intents",
+        "read_log",
+        "upsert_instance",
+        "update_instances",
+        "scan_instances",
+    ];
+
+    fn variant<'de, D: serde::Deserializer<'de>>(op: &str, d: D) -> Result<StoreRequest, D::Error> {
+        use fields::*;
+        Ok(match op {
+            "now" => {
+                Empty::deserialize(d)?;
+                StoreRequest::Now
+            }
+            "read_run" => StoreRequest::ReadRun { run_id: ReadRunFields::deserialize(d)?.run_id },
+            "update_run" => {
+                let f = UpdateRunFields::deserialize(d)?;
+                StoreRequest::UpdateRun { run_id: f.run_id, when: f.when, set: f.set, want_before: f.want_before }
+            }
+            "scan_runs" => {
+                let f = ScanRunsFields::deserialize(d)?;
+                StoreRequest::ScanRuns { when: f.when, order: f.order, limit: f.limit }
+            }
+            "ensure_run" => StoreRequest::EnsureRun(NewRun::deserialize(d)?),
+            "claim_intent" => StoreRequest::ClaimIntent(NewIntent::deserialize(d)?),
+            "update_intent" => {
+                let f = UpdateIntentFields::deserialize(d)?;
+                StoreRequest::UpdateIntent {
+                    run_id: f.run_id,
+                    effect_key: f.effect_key,
+                    when: f.when,
+                    set: f.set,
+                    log: f.log,
+                }
+            }
+            "scan_intents" => {
+                let f = ScanIntentsFields::deserialize(d)?;
+                StoreRequest::ScanIntents { when: f.when, limit: f.limit }
+            }
+            "read_log" => {
+                let f = ReadLogFields::deserialize(d)?;
+                StoreRequest::ReadLog { run_id: f.run_id, effect_key: f.effect_key }
+            }
+            "upsert_instance" => {
+                let f = UpsertInstanceFields::deserialize(d)?;
+                StoreRequest::UpsertInstance {
+                    instance_id: f.instance_id,
+                    hostname: f.hostname,
+                    pid: f.pid,
+                    metadata: f.metadata,
+                }
+            }
+            "update_instances" => {
+                let f = UpdateInstancesFields::deserialize(d)?;
+                StoreRequest::UpdateInstances { when: f.when, set: f.set }
+            }
+            "scan_instances" => StoreRequest::ScanInstances { when: ScanInstancesFields::deserialize(d)?.when },
+            other => return Err(serde::de::Error::unknown_variant(other, Self::KINDS)),
+        })
+    }
+}
+
+/// The fields of each variant of [`StoreRequest`] and [`StoreReply`], read as the derive read
+/// them: a missing option is `None`, an unknown field is ignored.
+mod fields {
+    use serde::Deserialize;
+    use serde_json::Value;
+
+    use super::{Assign, Cond, InstanceCol, IntentCol, RunCol, RunOrder};
+    use crate::model::{DispatchLogEntry, InstanceRow, IntentRow, RunRow};
+
+    #[derive(Deserialize)]
+    pub(super) struct Empty {}
+
+    #[derive(Deserialize)]
+    pub(super) struct ReadRunFields {
+        pub(super) run_id: String,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct UpdateRunFields {
+        pub(super) run_id: String,
+        pub(super) when: Cond<RunCol>,
+        pub(super) set: Vec<Assign<RunCol>>,
+        pub(super) want_before: bool,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct ScanRunsFields {
+        pub(super) when: Cond<RunCol>,
+        pub(super) order: RunOrder,
+        pub(super) limit: u32,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct UpdateIntentFields {
+        pub(super) run_id: String,
+        pub(super) effect_key: String,
+        pub(super) when: Cond<IntentCol>,
+        pub(super) set: Vec<Assign<IntentCol>>,
+        pub(super) log: Option<DispatchLogEntry>,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct ScanIntentsFields {
+        pub(super) when: Cond<IntentCol>,
+        pub(super) limit: u32,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct ReadLogFields {
+        pub(super) run_id: String,
+        pub(super) effect_key: String,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct UpsertInstanceFields {
+        pub(super) instance_id: String,
+        pub(super) hostname: Option<String>,
+        pub(super) pid: Option<i64>,
+        pub(super) metadata: Option<Value>,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct UpdateInstancesFields {
+        pub(super) when: Cond<InstanceCol>,
+        pub(super) set: Vec<Assign<InstanceCol>>,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct ScanInstancesFields {
+        pub(super) when: Cond<InstanceCol>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct RunFields {
+        pub(super) run: Option<RunRow>,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct RunWriteFields {
+        pub(super) before: Option<RunRow>,
+        pub(super) after: Option<RunRow>,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct RunsFields {
+        pub(super) runs: Vec<RunRow>,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct EnsuredFields {
+        pub(super) run: RunRow,
+        pub(super) created: bool,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct ClaimFields {
+        pub(super) intent: IntentRow,
+        pub(super) claimed: bool,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct IntentFields {
+        pub(super) intent: Option<IntentRow>,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct IntentsFields {
+        pub(super) intents: Vec<IntentRow>,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct LogFields {
+        pub(super) entries: Vec<DispatchLogEntry>,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct InstancesFields {
+        pub(super) instances: Vec<InstanceRow>,
+    }
 }
 
 /// A reply with the store's `now` (whole milliseconds) used to evaluate the request.
@@ -810,4 +1041,230 @@ pub fn holds_token(token: &crate::model::FencingToken) -> Cond<RunCol> {
         all.push(Cond::Eq(RunCol::FencingEpoch, Val::Int(epoch)));
     }
     Cond::And(all)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The derive the hand-written deserializer replaces, as the oracle.
+    #[allow(clippy::large_enum_variant, dead_code)]
+    #[derive(Debug, Deserialize)]
+    #[serde(tag = "kind", rename_all = "snake_case")]
+    enum Derived {
+        Now,
+        Run { run: Option<RunRow> },
+        RunWrite { before: Option<RunRow>, after: Option<RunRow> },
+        Runs { runs: Vec<RunRow> },
+        Ensured { run: RunRow, created: bool },
+        Claim { intent: IntentRow, claimed: bool },
+        Intent { intent: Option<IntentRow> },
+        Intents { intents: Vec<IntentRow> },
+        Log { entries: Vec<DispatchLogEntry> },
+        Instances { instances: Vec<InstanceRow> },
+    }
+
+    /// The derive's reading as a `StoreReply` (through its JSON, which the derive and the
+    /// serializer agree on).
+    fn derived(text: &str) -> Result<Value, String> {
+        let d: Derived = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let v = match d {
+            Derived::Now => json!({ "kind": "now" }),
+            Derived::Run { run } => json!({ "kind": "run", "run": run }),
+            Derived::RunWrite { before, after } => json!({ "kind": "run_write", "before": before, "after": after }),
+            Derived::Runs { runs } => json!({ "kind": "runs", "runs": runs }),
+            Derived::Ensured { run, created } => json!({ "kind": "ensured", "run": run, "created": created }),
+            Derived::Claim { intent, claimed } => json!({ "kind": "claim", "intent": intent, "claimed": claimed }),
+            Derived::Intent { intent } => json!({ "kind": "intent", "intent": intent }),
+            Derived::Intents { intents } => json!({ "kind": "intents", "intents": intents }),
+            Derived::Log { entries } => json!({ "kind": "log", "entries": entries }),
+            Derived::Instances { instances } => json!({ "kind": "instances", "instances": instances }),
+        };
+        Ok(v)
+    }
+
+    /// The derive of [`StoreRequest`] the hand-written deserializer replaces, as the oracle.
+    #[allow(clippy::large_enum_variant, dead_code)]
+    #[derive(Debug, Serialize, Deserialize)]
+    #[serde(tag = "op", rename_all = "snake_case")]
+    enum DerivedRequest {
+        Now,
+        ReadRun {
+            run_id: String,
+        },
+        UpdateRun {
+            run_id: String,
+            when: Cond<RunCol>,
+            set: Vec<Assign<RunCol>>,
+            want_before: bool,
+        },
+        ScanRuns {
+            when: Cond<RunCol>,
+            order: RunOrder,
+            limit: u32,
+        },
+        EnsureRun(NewRun),
+        ClaimIntent(NewIntent),
+        UpdateIntent {
+            run_id: String,
+            effect_key: String,
+            when: Cond<IntentCol>,
+            set: Vec<Assign<IntentCol>>,
+            log: Option<DispatchLogEntry>,
+        },
+        ScanIntents {
+            when: Cond<IntentCol>,
+            limit: u32,
+        },
+        ReadLog {
+            run_id: String,
+            effect_key: String,
+        },
+        UpsertInstance {
+            instance_id: String,
+            hostname: Option<String>,
+            pid: Option<i64>,
+            metadata: Option<Value>,
+        },
+        UpdateInstances {
+            when: Cond<InstanceCol>,
+            set: Vec<Assign<InstanceCol>>,
+        },
+        ScanInstances {
+            when: Cond<InstanceCol>,
+        },
+    }
+
+    /// Every request the fleet's operations send, as JSON text, answered by a memory store.
+    fn requests_of_every_kind() -> Vec<String> {
+        use crate::bridge::{Begun, BridgeFleet, BridgeMemoryStore, store_request};
+        let t0 = Timestamp(1_785_369_600_000);
+        let store = BridgeMemoryStore::new(t0.0);
+        store.insert(&serde_json::to_string(&RunRow::ready("r", "heart:resource:x", t0)).unwrap()).unwrap();
+        let fleet = BridgeFleet::new(Some(5), false);
+        let mut seen = Vec::new();
+        let mut run = |name: &str, args: String| -> Value {
+            let mut op = match fleet.begin_on_host(name, &args) {
+                Begun::Done(text) => return serde_json::from_str(&text).unwrap(),
+                Begun::Pending(op) => op,
+            };
+            loop {
+                let need: Value = serde_json::from_str(op.need()).unwrap();
+                let text = match need["need"].as_str() {
+                    Some("store") => {
+                        seen.push(op.request().to_owned());
+                        op.resume_store(&store.execute_json(op.request()).unwrap())
+                    }
+                    Some("effect") => op.resume_effect(r#"{"id":1}"#),
+                    Some("probe") => op.resume_probe(r#"{"status":"unknown"}"#),
+                    other => panic!("{other:?}"),
+                };
+                if op.is_done() {
+                    return serde_json::from_str(&text).unwrap();
+                }
+            }
+        };
+        let acq = run("acquire", r#"{"runId":"r","owner":"w","ttlSeconds":60}"#.into());
+        let fence = acq["ok"]["fence"].to_string();
+        run("verifyFence", format!(r#"{{"fence":{fence}}}"#));
+        run("sendOnce", format!(r#"{{"fence":{fence},"channel":"mail","effectKey":"k","payload":{{"a":1}}}}"#));
+        run("recordOnce", r#"{"runId":"r","effectKey":"k2"}"#.into());
+        run("release", format!(r#"{{"fence":{fence},"nextStatus":"ready"}}"#));
+        run("reclaimExpired", "{}".into());
+        run("reconcileOutbox", "{}".into());
+        run("registerInstance", r#"{"instanceId":"i","hostname":"h","pid":7,"metadata":{"m":[1]}}"#.into());
+        run("heartbeatInstance", r#"{"instanceId":"i"}"#.into());
+        run("reclaimDeadInstanceRuns", "{}".into());
+        run("listRuns", r#"{"status":"ready"}"#.into());
+        run("getRun", r#"{"runId":"r"}"#.into());
+        run("ensureResourceRun", r#"{"kind":"k","key":"y","objective":"o","createdBy":"c"}"#.into());
+        for (kind, args) in [("now", "{}"), ("readLog", r#"{"runId":"r","effectKey":"k"}"#), ("instances", "{}")] {
+            seen.push(store_request(kind, args).unwrap());
+        }
+        seen
+    }
+
+    #[test]
+    fn the_hand_written_request_reads_what_the_derive_read_in_any_field_order() {
+        let requests = requests_of_every_kind();
+        let ops: std::collections::BTreeSet<String> = requests
+            .iter()
+            .map(|t| serde_json::from_str::<Value>(t).unwrap()["op"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(ops.len(), 12, "every kind of request: {ops:?}");
+        for text in &requests {
+            let mut object: serde_json::Map<String, Value> = serde_json::from_str(text).unwrap();
+            let op = object.remove("op").unwrap();
+            // The tag first (as written), and last.
+            let mut last = object.clone();
+            last.insert("op".into(), op);
+            for text in [text.clone(), Value::Object(last).to_string()] {
+                let want = serde_json::to_value(serde_json::from_str::<DerivedRequest>(&text).unwrap()).unwrap();
+                let got = serde_json::to_value(serde_json::from_str::<StoreRequest>(&text).unwrap()).unwrap();
+                assert_eq!(want, got, "{text}");
+            }
+        }
+        for text in ["{}", r#"{"op":"nope"}"#, r#"{"run_id":"r","op":5}"#, r#"{"op":"read_run"}"#] {
+            assert!(serde_json::from_str::<DerivedRequest>(text).is_err(), "{text}");
+            assert!(serde_json::from_str::<StoreRequest>(text).is_err(), "{text}");
+        }
+    }
+
+    fn by_hand(text: &str) -> Result<Value, String> {
+        serde_json::from_str::<StoreReply>(text).map(|r| serde_json::to_value(r).unwrap()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_hand_written_reply_reads_what_the_derive_read_in_any_field_order() {
+        let t0 = Timestamp(1_785_369_600_000);
+        let row = serde_json::to_value(RunRow::ready("r", "k", t0)).unwrap();
+        let intent = json!({"run_id": "r", "effect_key": "e", "state": "claimed", "channel": "mail",
+            "payload_digest": "d", "created_at": "2026-07-30T00:00:00.000Z"});
+        let instance = json!({"instance_id": "i", "status": "alive", "started_at": "2026-07-30T00:00:00.000Z",
+            "last_heartbeat": "2026-07-30T00:00:00.000Z"});
+        let entry = json!({"run_id": "r", "effect_key": "e", "attempt": 1, "outcome": "claimed"});
+        let bodies: Vec<(&str, Vec<(&str, Value)>)> = vec![
+            ("now", vec![]),
+            ("run", vec![("run", row.clone())]),
+            ("run", vec![("run", Value::Null)]),
+            ("run", vec![]),
+            ("run_write", vec![("before", row.clone()), ("after", row.clone())]),
+            ("run_write", vec![("after", Value::Null)]),
+            ("runs", vec![("runs", json!([row.clone(), row.clone()]))]),
+            ("runs", vec![]),
+            ("ensured", vec![("run", row.clone()), ("created", json!(true))]),
+            ("ensured", vec![("created", json!(true))]),
+            ("claim", vec![("intent", intent.clone()), ("claimed", json!(false))]),
+            ("intent", vec![("intent", intent.clone()), ("extra", json!(1))]),
+            ("intents", vec![("intents", json!([intent]))]),
+            ("log", vec![("entries", json!([entry]))]),
+            ("instances", vec![("instances", json!([instance]))]),
+            ("runs", vec![("runs", json!("not a list"))]),
+            ("nope", vec![]),
+        ];
+        let object = |fields: &[(&str, Value)]| {
+            let inner: Vec<String> = fields.iter().map(|(k, v)| format!("{}:{v}", json!(k))).collect();
+            format!("{{{}}}", inner.join(","))
+        };
+        let mut checked = 0;
+        for (kind, fields) in bodies {
+            let tag = ("kind", json!(kind));
+            let first: Vec<(&str, Value)> = std::iter::once(tag.clone()).chain(fields.iter().cloned()).collect();
+            let last: Vec<(&str, Value)> = fields.iter().cloned().chain(std::iter::once(tag)).collect();
+            for text in [object(&first), object(&last)] {
+                match (derived(&text), by_hand(&text)) {
+                    (Ok(a), Ok(b)) => assert_eq!(a, b, "{text}"),
+                    (Err(_), Err(_)) => {}
+                    (a, b) => panic!("{text}: the derive gave {a:?}, the hand-written reader {b:?}"),
+                }
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 34);
+        for text in ["{}", r#"{"run":null}"#, r#"{"kind":5}"#, r#"{"run":null,"kind":5}"#, "[]", "null"] {
+            assert!(derived(text).is_err() && by_hand(text).is_err(), "{text}");
+        }
+    }
 }
