@@ -540,7 +540,7 @@ impl crate::tagged::Tagged for StoreRequest {
         use fields::*;
         Ok(match op {
             "now" => {
-                Empty::deserialize(d)?;
+                NoFields::deserialize(d)?;
                 StoreRequest::Now
             }
             "read_run" => StoreRequest::ReadRun { run_id: ReadRunFields::deserialize(d)?.run_id },
@@ -592,7 +592,10 @@ impl crate::tagged::Tagged for StoreRequest {
 }
 
 /// The fields of each variant of [`StoreRequest`] and [`StoreReply`], read as the derive read
-/// them: a missing option is `None`, an unknown field is ignored.
+/// them (a missing option is `None`), except that a request's unknown field is an error: a
+/// request is the core's own, so one with a field it does not have is not a request (and an
+/// ignored field would escape the parser's nesting limit). A reply's unknown field is ignored,
+/// as a store may answer more than it is asked.
 mod fields {
     use serde::Deserialize;
     use serde_json::Value;
@@ -602,12 +605,17 @@ mod fields {
 
     #[derive(Deserialize)]
     pub(super) struct Empty {}
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct NoFields {}
 
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub(super) struct ReadRunFields {
         pub(super) run_id: String,
     }
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub(super) struct UpdateRunFields {
         pub(super) run_id: String,
         pub(super) when: Cond<RunCol>,
@@ -615,12 +623,14 @@ mod fields {
         pub(super) want_before: bool,
     }
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub(super) struct ScanRunsFields {
         pub(super) when: Cond<RunCol>,
         pub(super) order: RunOrder,
         pub(super) limit: u32,
     }
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub(super) struct UpdateIntentFields {
         pub(super) run_id: String,
         pub(super) effect_key: String,
@@ -629,16 +639,19 @@ mod fields {
         pub(super) log: Option<DispatchLogEntry>,
     }
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub(super) struct ScanIntentsFields {
         pub(super) when: Cond<IntentCol>,
         pub(super) limit: u32,
     }
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub(super) struct ReadLogFields {
         pub(super) run_id: String,
         pub(super) effect_key: String,
     }
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub(super) struct UpsertInstanceFields {
         pub(super) instance_id: String,
         pub(super) hostname: Option<String>,
@@ -646,11 +659,13 @@ mod fields {
         pub(super) metadata: Option<Value>,
     }
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub(super) struct UpdateInstancesFields {
         pub(super) when: Cond<InstanceCol>,
         pub(super) set: Vec<Assign<InstanceCol>>,
     }
     #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
     pub(super) struct ScanInstancesFields {
         pub(super) when: Cond<InstanceCol>,
     }
@@ -1209,6 +1224,18 @@ mod tests {
         for text in ["{}", r#"{"op":"nope"}"#, r#"{"run_id":"r","op":5}"#, r#"{"op":"read_run"}"#] {
             assert!(serde_json::from_str::<DerivedRequest>(text).is_err(), "{text}");
             assert!(serde_json::from_str::<StoreRequest>(text).is_err(), "{text}");
+        }
+        // Unlike the derive, a request with a field it does not have is not a request, tag
+        // first or last, however deep the field (an ignored one would escape the nesting limit).
+        let deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+        for text in [
+            r#"{"op":"read_run","run_id":"r","extra":1}"#.to_owned(),
+            r#"{"run_id":"r","extra":1,"op":"read_run"}"#.to_owned(),
+            r#"{"op":"now","extra":1}"#.to_owned(),
+            format!(r#"{{"op":"read_run","run_id":"r","extra":{deep}}}"#),
+        ] {
+            let e = serde_json::from_str::<StoreRequest>(&text).unwrap_err().to_string();
+            assert!(e.contains("unknown field `extra`"), "{e}");
         }
     }
 
