@@ -12,8 +12,8 @@ const native = require('./lib/native.cjs');
 const { PgLeaseStore } = require('./lib/pg-store.cjs');
 const { SupabaseLeaseStore } = require('./lib/supabase-store.cjs');
 
-/** The receipt schema version (`zao.heart.receipt.v1`). */
-const RECEIPT_SCHEMA_VERSION = 'zao.heart.receipt.v1';
+/** The receipt schema version (the core's, e.g. `zao.heart.receipt.v1`). */
+const RECEIPT_SCHEMA_VERSION = require('./lib/contract.cjs').receiptSchemaVersion;
 
 /** The heartbeat cadence of executeWithLease: `renewEveryMs ?? max(1000, floor(ttlSeconds*1000/2))`. */
 function heartbeatIntervalMs(ttlSeconds, renewEveryMs) {

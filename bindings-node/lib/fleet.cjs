@@ -221,11 +221,15 @@ function argsText(kind, args) {
   }
 }
 
-/** Drives an operation and returns its value, throwing its coded error (`storeFor`: see driveStep). */
-async function drive(fleet, kind, args, host, storeFor) {
-  const step = await driveStep(fleet, kind, argsText(kind, args), host, storeFor);
+/** A final step's value, or its coded error thrown. */
+function valueOf(step) {
   if (step.error) throw toError(step.error);
   return step.ok;
+}
+
+/** Drives an operation and returns its value, throwing its coded error (`storeFor`: see driveStep). */
+async function drive(fleet, kind, args, host, storeFor) {
+  return valueOf(await driveStep(fleet, kind, argsText(kind, args), host, storeFor));
 }
 
 /**
@@ -240,8 +244,7 @@ function compactValue(fleet, text) {
     return answer.value;
   }
   if (step.receipts) deliver(fleet, step.receipts);
-  if (step.error) throw toError(step.error);
-  return step.ok;
+  return valueOf(step);
 }
 
 /**

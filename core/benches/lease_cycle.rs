@@ -60,6 +60,26 @@ fn store_with_resource_run(filler: usize) -> MemoryStore {
     store
 }
 
+/// A bridge memory store with the resource run `bench-run`.
+fn bridge_store() -> BridgeMemoryStore {
+    let store = BridgeMemoryStore::new(T0.0);
+    store
+        .insert(&serde_json::to_string(&RunRow::ready("bench-run", "heart:resource:bench", T0)).expect("a row"))
+        .expect("insert the resource run");
+    store
+}
+
+/// One acquire → verify → release cycle through the JSON bridge, `step` running one
+/// operation (by name, with its JSON arguments) to its final step's text.
+fn json_cycle(step: &impl Fn(&str, &str) -> String) -> (String, String) {
+    let a = step("acquire", r#"{"runId":"bench-run","owner":"worker-A","ttlSeconds":60}"#);
+    let at = a.find(r#""fence":"#).expect("acquired") + 8;
+    let fence = &a[at..at + a[at..].find('}').expect("a token") + 1];
+    let v = step("verifyFence", &format!(r#"{{"fence":{fence}}}"#));
+    let r = step("release", &format!(r#"{{"fence":{fence},"nextStatus":"ready"}}"#));
+    (v, r)
+}
+
 fn bench_cycle(c: &mut Criterion) {
     let mut group = c.benchmark_group("lease_cycle");
     group.throughput(Throughput::Elements(1));
@@ -79,34 +99,19 @@ fn bench_cycle(c: &mut Criterion) {
     // The same cycle through the JSON bridge the bindings drive (arguments and results as
     // JSON text, receipts handed over with each step), on the memory store answered in place.
     {
-        let store = BridgeMemoryStore::new(T0.0);
-        store
-            .insert(&serde_json::to_string(&RunRow::ready("bench-run", "heart:resource:bench", T0)).expect("a row"))
-            .expect("insert the resource run");
+        let store = bridge_store();
         let mut bridge = BridgeFleet::new(None, true);
         bridge.attach_memory_store(&store);
         let step = |kind: &str, args: &str| match bridge.begin(kind, args) {
             Begun::Done(text) => text,
             Begun::Pending(_) => panic!("the memory store answers in place"),
         };
-        group.bench_function("bridge_json", |b| {
-            b.iter(|| {
-                let a = step("acquire", r#"{"runId":"bench-run","owner":"worker-A","ttlSeconds":60}"#);
-                let at = a.find(r#""fence":"#).expect("acquired") + 8;
-                let fence = &a[at..at + a[at..].find('}').expect("a token") + 1];
-                let v = step("verifyFence", &format!(r#"{{"fence":{fence}}}"#));
-                let r = step("release", &format!(r#"{{"fence":{fence},"nextStatus":"ready"}}"#));
-                black_box((v, r))
-            })
-        });
+        group.bench_function("bridge_json", |b| b.iter(|| black_box(json_cycle(&step))));
     }
     // The same cycle with every store request handed to the host as JSON and answered by
     // the bridge's memory store as JSON text: a JS store object's path, without JavaScript.
     {
-        let store = BridgeMemoryStore::new(T0.0);
-        store
-            .insert(&serde_json::to_string(&RunRow::ready("bench-run", "heart:resource:bench", T0)).expect("a row"))
-            .expect("insert the resource run");
+        let store = bridge_store();
         let bridge = BridgeFleet::new(None, true);
         let step = |kind: &str, args: &str| -> String {
             match bridge.begin(kind, args) {
@@ -120,24 +125,12 @@ fn bench_cycle(c: &mut Criterion) {
                 },
             }
         };
-        group.bench_function("bridge_json_host_store", |b| {
-            b.iter(|| {
-                let a = step("acquire", r#"{"runId":"bench-run","owner":"worker-A","ttlSeconds":60}"#);
-                let at = a.find(r#""fence":"#).expect("acquired") + 8;
-                let fence = &a[at..at + a[at..].find('}').expect("a token") + 1];
-                let v = step("verifyFence", &format!(r#"{{"fence":{fence}}}"#));
-                let r = step("release", &format!(r#"{{"fence":{fence},"nextStatus":"ready"}}"#));
-                black_box((v, r))
-            })
-        });
+        group.bench_function("bridge_json_host_store", |b| b.iter(|| black_box(json_cycle(&step))));
     }
     // The same cycle through the bridge's compact answers (typed arguments; results and
     // receipts as separated values), the bindings' memory-store fast path.
     {
-        let store = BridgeMemoryStore::new(T0.0);
-        store
-            .insert(&serde_json::to_string(&RunRow::ready("bench-run", "heart:resource:bench", T0)).expect("a row"))
-            .expect("insert the resource run");
+        let store = bridge_store();
         let mut bridge = BridgeFleet::new(None, true);
         bridge.attach_memory_store(&store);
         group.bench_function("bridge_compact", |b| {

@@ -102,7 +102,7 @@ fn parse_json<'a, T: serde::Deserialize<'a>>(text: &'a str, what: &str) -> Bridg
 
 /// The contract's constants, for hosts to take instead of copying (JSON): `errorCodes`,
 /// `runStatuses`, `nextStatuses` (what a release may leave a run in), `channels`,
-/// `maxTtlSeconds`, `digestPrefix`, `maxJsonDepth`, `operations` (the names [`Call::parse`] takes) and `defaults` (what an
+/// `maxTtlSeconds`, `digestPrefix`, `receiptSchemaVersion`, `maxJsonDepth`, `operations` (the names [`Call::parse`] takes) and `defaults` (what an
 /// option left out becomes).
 pub fn contract_json() -> String {
     use crate::ops;
@@ -113,6 +113,7 @@ pub fn contract_json() -> String {
         "channels": crate::model::CHANNELS,
         "maxTtlSeconds": ops::MAX_TTL_SECONDS,
         "digestPrefix": crate::canonical::DIGEST_PREFIX,
+        "receiptSchemaVersion": crate::receipt::SCHEMA_VERSION,
         "maxJsonDepth": crate::canonical::MAX_JSON_DEPTH,
         "operations": Call::NAMES,
         "defaults": {
