@@ -1,103 +1,24 @@
 'use strict';
 // canonicalize, sha256Hex, digests, deterministicResourceId, effectKey and verifyReceipt.
 //
-// The canonical form is computed by the Rust core (heart_fleet_core::canonical) from JSON
-// text. A JS value becomes that text through JSON.stringify with a replacer that enforces
-// the reference's rules on the way: toJSON is not honoured, non-finite numbers, bigints and
-// functions/symbols inside arrays are errors. JSON.stringify keeps lone surrogates as
-// \udxxx escapes, which the core's JSON.parse-compatible parser preserves.
-//
-// Values JSON text cannot express (a hole in a sparse array, which the reference renders as
-// `[1,,3]`), values that trip JSON.stringify itself (a toJSON that throws) and every error
-// go through `slowCanonicalize`, a direct transcription of the reference algorithm, so the
-// output and the error messages are the reference's in every case.
+// The canonical form is computed by the Rust core (heart_fleet_core::canonical). A plain
+// value (what JSON.stringify carries faithfully: no non-finite number, bigint, toJSON,
+// boxed primitive, sparse-array hole, or function/symbol inside an array) goes over as
+// JSON.stringify text, its fast native path; JSON.stringify keeps lone surrogates as
+// \udxxx escapes, which the core's JSON.parse-compatible parser preserves. Any other value
+// is walked in place by the core (`canonicalizeValue`, the core's one algorithm over the
+// engine's values), so the output and the error messages are the reference's in every case.
 //
 // A value may nest arrays and objects at most MAX_JSON_DEPTH (512, the core's limit) levels
-// deep: a deeper one is an invalid-input error at any depth, found by a bounded walk before
-// JSON.stringify or the reference algorithm could exhaust the stack on it.
+// deep: a deeper one is an invalid-input error at any depth, found by a bounded walk first.
 
 const native = require('./native.cjs');
 const { typeError, codedError, rethrowNative, isThenable, nesting, tooDeep, firstLine, messageOf, wellFormed, MAX_JSON_DEPTH } = require('./util.cjs');
 
 const { digestPrefix: DIGEST_PREFIX } = require('./contract.cjs');
 
-class Unsupported extends Error {}
-
-function replacer(key, value) {
-  const orig = this[key];
-  switch (typeof orig) {
-    case 'number':
-      if (!Number.isFinite(orig)) throw new Unsupported();
-      return orig;
-    case 'string':
-    case 'boolean':
-      return orig;
-    case 'bigint':
-      throw new Unsupported();
-    case 'function':
-    case 'symbol':
-      if (Array.isArray(this)) throw new Unsupported();
-      return undefined;
-    case 'undefined':
-      // A hole in a sparse array (the reference's `[1,,3]` bug) needs the slow path.
-      if (Array.isArray(this) && !(key in this)) throw new Unsupported();
-      return undefined;
-    default: {
-      if (orig === null) return null;
-      // Not `value`: JSON.stringify already applied toJSON, which the reference ignores, and
-      // would unwrap boxed primitives, which the reference treats as objects.
-      if (orig === value && typeof orig.toJSON !== 'function' && !isBoxed(orig)) return value;
-      return Array.isArray(orig) ? orig.slice() : Object.assign({}, orig);
-    }
-  }
-}
-
 function isBoxed(o) {
   return o instanceof Number || o instanceof String || o instanceof Boolean || o instanceof BigInt || o instanceof Symbol;
-}
-
-function unsupported(t) {
-  return codedError('invalid-input', `Canonical JSON Error: Unsupported value type ${t}`);
-}
-
-/**
- * The reference algorithm, transcribed (semantics §3.1). Used only where the fast path
- * cannot go: errors, sparse arrays, values JSON.stringify chokes on.
- */
-function slowCanonicalize(value, seen = new Set()) {
-  if (value === null) return 'null';
-  switch (typeof value) {
-    case 'boolean':
-      return value ? 'true' : 'false';
-    case 'string':
-      return JSON.stringify(value);
-    case 'number':
-      if (!Number.isFinite(value)) {
-        throw codedError('invalid-input', `Canonical JSON Error: Non-finite number ${value} cannot be serialized.`);
-      }
-      return Object.is(value, -0) ? '0' : String(value);
-    case 'object': {
-      if (seen.has(value)) throw typeError('Canonical JSON Error: circular structure');
-      seen.add(value);
-      try {
-        if (Array.isArray(value)) {
-          // map skips holes and join renders them empty: the reference's `[1,,3]`.
-          return '[' + value.map((v) => (v === undefined ? 'null' : slowCanonicalize(v, seen))).join(',') + ']';
-        }
-        const parts = [];
-        for (const k of Object.keys(value).sort()) {
-          const v = value[k];
-          if (v === undefined || typeof v === 'function' || typeof v === 'symbol') continue;
-          parts.push(JSON.stringify(k) + ':' + slowCanonicalize(v, seen));
-        }
-        return '{' + parts.join(',') + '}';
-      } finally {
-        seen.delete(value);
-      }
-    }
-    default:
-      throw unsupported(typeof value);
-  }
 }
 
 const hasOwn = Object.prototype.hasOwnProperty;
@@ -139,40 +60,30 @@ function plain(v, depth = 0) {
   }
 }
 
+/** JSON.stringify text of a plain value, or null when the core must walk the value. */
+function plainText(value) {
+  try {
+    return plain(value) ? JSON.stringify(value) : null;
+  } catch {
+    return null; // a getter threw: the walk reads it again, in the reference's order
+  }
+}
+
 /**
- * JSON text with the reference's canonical content (not yet sorted), or `null` when only
- * the slow path can handle the value. A value nested deeper than the core's MAX_JSON_DEPTH
- * (512 levels of arrays and objects) is an invalid-input error here, before JSON.stringify
- * or the reference algorithm could exhaust the stack on it.
+ * The core's canonical form of a value that is not plain (`{text, isJson}`), or the
+ * reference's error. Deeper than MAX_JSON_DEPTH is an error before anything is read.
  */
-function jsonText(value, what = 'Canonical JSON Error') {
-  switch (typeof value) {
-    case 'undefined':
-    case 'function':
-    case 'symbol':
-    case 'bigint':
-      throw unsupported(typeof value);
-    default:
-  }
-  let fast;
-  try {
-    fast = plain(value);
-  } catch {
-    return null;
-  }
-  // plain() is true only for values at most 257 levels deep.
-  if (!fast && nesting(value) === 'deep') throw tooDeep(what);
-  try {
-    return fast ? JSON.stringify(value) : JSON.stringify(value, replacer);
-  } catch {
-    return null;
-  }
+function walked(value, what = 'Canonical JSON Error') {
+  if (nesting(value) === 'deep') throw tooDeep(what);
+  const r = native.canonicalizeValue(value);
+  if (r.error != null) throw r.typeError ? typeError(r.error) : codedError('invalid-input', r.error);
+  return r;
 }
 
 /** `canonicalize(value)`: the DreamNet sorted JSON text of a JS value. */
 function canonicalize(value) {
-  const text = jsonText(value);
-  if (text === null) return slowCanonicalize(value);
+  const text = plainText(value);
+  if (text === null) return walked(value).text;
   try {
     return native.canonicalizeJson(text);
   } catch (e) {
@@ -191,8 +102,8 @@ function sha256Hex(s) {
 
 /** `sha256:dreamnet-sorted-json:v0:` + sha256Hex(canonicalize(value)). */
 function digest(value) {
-  const text = jsonText(value);
-  if (text === null) return DIGEST_PREFIX + native.sha256Hex(slowCanonicalize(value));
+  const text = plainText(value);
+  if (text === null) return DIGEST_PREFIX + native.sha256Hex(walked(value).text);
   try {
     return native.digestJson(text);
   } catch (e) {
@@ -202,8 +113,8 @@ function digest(value) {
 
 /** sha256Hex(canonicalize(value)), without the prefix. */
 function canonicalSha256(value) {
-  const text = jsonText(value);
-  if (text === null) return native.sha256Hex(slowCanonicalize(value));
+  const text = plainText(value);
+  if (text === null) return native.sha256Hex(walked(value).text);
   try {
     return native.canonicalSha256Json(text);
   } catch (e) {
@@ -263,12 +174,11 @@ function verifyReceipt(receipt) {
 /** JSON text of a value for the core (payloads, evidence), with the canonical rules. */
 function toCoreJson(value, what) {
   if (value === undefined) return 'null';
-  const text = jsonText(value, what);
+  const text = plainText(value);
   if (text !== null) return text;
-  // Raise the reference's error if there is one; otherwise the value is only expressible
-  // by the slow path (a sparse array): the core cannot store it.
-  slowCanonicalize(value);
-  throw typeError(`${what} cannot be stored as JSON (a sparse array or a throwing toJSON)`);
+  const r = walked(value, what);
+  if (!r.isJson) throw typeError(`${what} cannot be stored as JSON (a sparse array)`);
+  return r.text;
 }
 
 /**
@@ -332,6 +242,5 @@ module.exports = {
   effectKey,
   verifyReceipt,
   toCoreJson,
-  slowCanonicalize,
   isThenable,
 };

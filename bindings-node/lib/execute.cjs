@@ -5,18 +5,15 @@ const native = require('./native.cjs');
 const { HeartFleet, drive, driveStep } = require('./fleet.cjs');
 const { codedError, typeError, str, fence: fenceOf, opts: optsOf, describe, isThenable, messageOf, withExtras } = require('./util.cjs');
 
-/** The reference's in-process ledger: a set of (runId, effectKey). Lost on restart. */
+/** The reference's in-process ledger: a set of (runId, effectKey), kept by the core. Lost on restart. */
 class MemoryEffectLedger {
   constructor() {
-    this._seen = new Set();
+    Object.defineProperty(this, '_native', { value: new native.NativeEffectLedger() });
   }
 
   /** true the first time (runId, effectKey) is recorded, false afterwards. */
   recordOnce(runId, effectKey) {
-    const k = `${str('runId', runId)}\u0000${str('effectKey', effectKey)}`;
-    if (this._seen.has(k)) return false;
-    this._seen.add(k);
-    return true;
+    return this._native.recordOnce(str('runId', runId), str('effectKey', effectKey));
   }
 }
 

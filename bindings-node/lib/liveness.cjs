@@ -1,6 +1,7 @@
 'use strict';
 // Instance liveness (agent_instances) and the reference's pure helpers.
 
+const native = require('./native.cjs');
 const { HeartFleet, drive, storeKind, leaseStoreGap } = require('./fleet.cjs');
 const { missingMethods, fillRun } = require('./reference-store.cjs');
 const { typeError, codedError, opts: optsOf, optInt, describe, messageOf } = require('./util.cjs');
@@ -16,26 +17,38 @@ function timeOf(name, v) {
   throw typeError(`${name} must be a Date, an ISO string or milliseconds, got ${describe(v)}`);
 }
 
-/** `isLeaseExpired(run, now)`: no expiry, or expiry <= now (the one expiry rule). */
+/** The expiry of a run as milliseconds, or null when it has none (`null`, absent or ''). */
+function expiryOf(run) {
+  const e = run.lease_expires_at;
+  return e === null || e === undefined || e === '' ? null : timeOf('lease_expires_at', e);
+}
+
+/** `isLeaseExpired(run, now)`: no expiry, or expiry <= now (the core's one expiry rule). */
 function isLeaseExpired(run, now) {
   if (run === null || typeof run !== 'object') throw typeError('isLeaseExpired: run must be an object');
-  const e = run.lease_expires_at;
-  if (e === null || e === undefined || e === '') return true;
-  return timeOf('lease_expires_at', e) <= timeOf('now', now);
+  const expiry = expiryOf(run);
+  // Without an expiry the rule needs no clock: `now` is not read (as in the reference).
+  return expiry === null ? native.leaseExpiredMs(null, 0) : native.leaseExpiredMs(expiry, timeOf('now', now));
 }
 
 /** `canAcquire(run, now)`: `ready`, or `leased`/`running` with an expired lease. */
 function canAcquire(run, now) {
   if (run === null || typeof run !== 'object') throw typeError('canAcquire: run must be an object');
-  if (run.status === 'ready') return true;
-  return (run.status === 'leased' || run.status === 'running') && isLeaseExpired(run, now);
+  const status = typeof run.status === 'string' ? run.status : '';
+  // The clock is read only when the answer depends on it (a held run), as in the reference.
+  if (!native.canAcquireMs(status, null, 0)) return false; // never acquirable
+  if (native.canAcquireMs(status, 1, 0)) return true; // acquirable even under a live lease
+  const expiry = expiryOf(run);
+  return native.canAcquireMs(status, expiry, expiry === null ? 0 : timeOf('now', now));
 }
 
 /** `isInstanceExpired(instance, now, ttlMs = 90000)`: dead, or silent for strictly more than ttlMs. */
 function isInstanceExpired(instance, now, ttlMs = DEFAULT_LIVENESS_TTL_MS) {
   if (instance === null || typeof instance !== 'object') throw typeError('isInstanceExpired: instance must be an object');
-  if (instance.status === 'dead') return true;
-  return timeOf('now', now) - timeOf('last_heartbeat', instance.last_heartbeat) > ttlMs;
+  if (typeof ttlMs !== 'number') throw typeError(`isInstanceExpired: ttlMs must be a number, got ${describe(ttlMs)}`);
+  const status = typeof instance.status === 'string' ? instance.status : '';
+  if (native.instanceExpiredMs(status, 0, 0, 0)) return true; // dead, whatever its clock says
+  return native.instanceExpiredMs(status, timeOf('last_heartbeat', instance.last_heartbeat), timeOf('now', now), ttlMs);
 }
 
 /** The ids of expired instances, in input order. */

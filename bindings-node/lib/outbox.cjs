@@ -61,17 +61,6 @@ function textOf(name, v) {
 }
 
 /** The request language's literals. */
-const text = (value) => ({ type: 'text', value });
-const assign = (col, val) => [col, { val }];
-const stateIs = (state) => ({ eq: ['state', text(state)] });
-const NULL = { type: 'null' };
-
-/** At most `units` UTF-16 code units (the reference's `slice`), never half a surrogate pair. */
-function cut(s, units) {
-  const head = s.slice(0, units);
-  return /[\uD800-\uDBFF]$/.test(head) ? head.slice(0, -1) : head;
-}
-
 function storeRequest(kind, args) {
   try {
     return JSON.parse(native.storeRequest(kind, JSON.stringify(args)));
@@ -114,7 +103,7 @@ async function answerOf(method, call, want, heart) {
  */
 function runsOf(heart) {
   return async (runId) => {
-    const a = await answerOf('read the run', () => storeCall(heart, JSON.stringify({ op: 'read_run', run_id: runId })), 'run', heart);
+    const a = await answerOf('read the run', () => storeCall(heart, JSON.stringify(storeRequest('readRun', { runId }))), 'run', heart);
     return { run: a.reply.run, now: Date.parse(a.now) };
   };
 }
@@ -173,13 +162,13 @@ class DurableEffectLedger {
     return (await answerOf(method, call, want, this.heart)).reply;
   }
 
-  /** One conditional transition of an intent; true when it happened. */
-  async _transition(method, runId, effectKey, when, set, log) {
-    const run_id = str('runId', runId);
-    const effect_key = str('effectKey', effectKey);
-    const entry = log ? { run_id, effect_key, attempt: log[0], outcome: log[1], at: null, detail: log[2] } : null;
-    const r = await this._call(method, { op: 'update_intent', run_id, effect_key, when, set, log: entry }, 'intent');
-    return r.intent !== null;
+  /**
+   * One hand-driven transition of an intent (the core builds its request: what it sets, its
+   * condition, its dispatch-log entry); true when it happened.
+   */
+  async _transition(method, runId, effectKey, fields) {
+    const request = storeRequest(method, { runId: str('runId', runId), effectKey: str('effectKey', effectKey), ...fields });
+    return (await this._call(method, request, 'intent')).intent !== null;
   }
 
   /**
@@ -188,13 +177,12 @@ class DurableEffectLedger {
    */
   async claimIntent(input) {
     const i = optsOf('claimIntent input', input, ['runId', 'effectKey', 'channel', 'payloadDigest']);
-    const request = {
-      op: 'claim_intent',
-      run_id: str('runId', i.runId),
-      effect_key: str('effectKey', i.effectKey),
+    const request = storeRequest('claimIntent', {
+      runId: str('runId', i.runId),
+      effectKey: str('effectKey', i.effectKey),
       channel: channelOf(i.channel),
-      payload_digest: textOf('payloadDigest', i.payloadDigest),
-    };
+      payloadDigest: textOf('payloadDigest', i.payloadDigest),
+    });
     return (await this._call('claimIntent', request, 'claim')).claimed;
   }
 
@@ -212,12 +200,10 @@ class DurableEffectLedger {
    */
   async markDispatched(input) {
     const i = optsOf('markDispatched input', input, ['runId', 'effectKey', 'fenceOwner', 'fenceExpiresAt']);
-    const set = [
-      assign('state', text('dispatched')),
-      assign('fence_owner', text(str('fenceOwner', i.fenceOwner))),
-      assign('fence_expires_at', { type: 'time', value: isoOf('fenceExpiresAt', i.fenceExpiresAt) }),
-    ];
-    return this._transition('markDispatched', i.runId, i.effectKey, stateIs('intent'), set);
+    return this._transition('markDispatched', i.runId, i.effectKey, {
+      fenceOwner: str('fenceOwner', i.fenceOwner),
+      fenceExpiresAt: isoOf('fenceExpiresAt', i.fenceExpiresAt),
+    });
   }
 
   /**
@@ -226,9 +212,8 @@ class DurableEffectLedger {
    */
   async markCommitted(input) {
     const i = optsOf('markCommitted input', input, ['runId', 'effectKey', 'externalRef']);
-    const evidence = JSON.parse(toCoreJson(i.externalRef, 'externalRef'));
-    const set = [assign('state', text('committed')), assign('external_ref', { type: 'json', value: evidence }), ['committed_at', 'now']];
-    return this._transition('markCommitted', i.runId, i.effectKey, stateIs('dispatched'), set, [1, 'sent', evidence]);
+    const externalRef = JSON.parse(toCoreJson(i.externalRef, 'externalRef'));
+    return this._transition('markCommitted', i.runId, i.effectKey, { externalRef });
   }
 
   /**
@@ -238,7 +223,7 @@ class DurableEffectLedger {
    */
   async findStaleDispatched(nowIso, limit) {
     const limitOnly = typeof nowIso === 'number' && limit === undefined;
-    const request = storeRequest('staleIntents', { limit: optInt('limit', limitOnly ? nowIso : limit, 0, U32, 50) });
+    const request = storeRequest('staleIntents', { limit: optInt('limit', limitOnly ? nowIso : limit, 0, U32) });
     let view = null;
     if (this._client && !limitOnly && nowIso !== undefined && nowIso !== null) {
       const at = msOf('nowIso', nowIso);
@@ -253,14 +238,7 @@ class DurableEffectLedger {
    * then dispatch it again through `sendOnce`.
    */
   async reopen(runId, effectKey, lastError) {
-    const set = [
-      assign('state', text('intent')),
-      assign('fence_owner', NULL),
-      assign('fence_expires_at', NULL),
-      assign('fence_epoch', NULL),
-      assign('last_error', text(cut(textOf('lastError', lastError), 500))),
-    ];
-    await this._transition('reopen', runId, effectKey, stateIs('dispatched'), set, [0, 'reconciled', { reopened: true }]);
+    await this._transition('reopen', runId, effectKey, { lastError: textOf('lastError', lastError) });
   }
 
   /**
@@ -269,9 +247,8 @@ class DurableEffectLedger {
    */
   async noteUnresolved(runId, effectKey, currentAttempts) {
     const current = Number.isFinite(currentAttempts) ? int('currentAttempts', currentAttempts, 0, Number.MAX_SAFE_INTEGER - 1) : 0;
-    const next = current + 1;
-    await this._transition('noteUnresolved', runId, effectKey, stateIs('dispatched'), [assign('attempts', { type: 'int', value: next })]);
-    return next;
+    await this._transition('noteUnresolved', runId, effectKey, { currentAttempts: current });
+    return current + 1;
   }
 
   /**
@@ -279,10 +256,7 @@ class DurableEffectLedger {
    * resent); logged `abandoned` only when it happened.
    */
   async abandon(runId, effectKey, reason) {
-    const why = textOf('reason', reason);
-    const when = { in: ['state', [text('intent'), text('dispatched')]] };
-    const set = [assign('state', text('abandoned')), assign('last_error', text(cut(why, 500)))];
-    await this._transition('abandon', runId, effectKey, when, set, [0, 'abandoned', { reason: cut(why, 120) }]);
+    await this._transition('abandon', runId, effectKey, { reason: textOf('reason', reason) });
   }
 
   /**

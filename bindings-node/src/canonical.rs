@@ -5,6 +5,9 @@
 //! napi wrappers over [`heart_fleet_core::bridge`].
 
 use heart_fleet_core::bridge;
+use heart_fleet_core::canonical::host::{HostError, HostKind, HostStr, HostValue, canonicalize_host};
+use napi::bindgen_prelude::{JsObjectValue, KeyCollectionMode, KeyConversion, KeyFilter, Object};
+use napi::{Env, JsString, JsValue, Unknown, ValueType};
 use napi_derive::napi;
 
 use crate::{Code, from_heart};
@@ -63,4 +66,119 @@ pub fn error_codes() -> Vec<String> {
 #[napi]
 pub fn contract() -> String {
     bridge::contract_json()
+}
+
+/// A JavaScript value as the core's canonical algorithm reads it
+/// ([`heart_fleet_core::canonical::host`]).
+#[derive(Clone, Copy)]
+struct JsHostValue<'e> {
+    env: &'e Env,
+    value: Unknown<'e>,
+}
+
+impl<'e> JsHostValue<'e> {
+    fn object(&self) -> napi::Result<Object<'e>> {
+        self.value.coerce_to_object()
+    }
+
+    fn wrap(&self, value: Unknown<'e>) -> Self {
+        JsHostValue { env: self.env, value }
+    }
+}
+
+/// A JavaScript string's code units (napi-rs's buffer ends with a NUL terminator, dropped).
+fn utf16(s: JsString<'_>) -> napi::Result<HostStr> {
+    let units = s.into_utf16()?;
+    let text = units.as_slice().split_last().map_or(&[][..], |(_, text)| text);
+    Ok(HostStr::from_units(text.to_vec()))
+}
+
+impl<'e> HostValue for JsHostValue<'e> {
+    type Key = Unknown<'e>;
+    type Error = napi::Error;
+
+    fn kind(&self) -> napi::Result<HostKind> {
+        Ok(match self.value.get_type()? {
+            ValueType::Null => HostKind::Null,
+            ValueType::Undefined => HostKind::Undefined,
+            ValueType::Boolean => HostKind::Bool(self.value.coerce_to_bool()?),
+            ValueType::Number => HostKind::Number(self.value.coerce_to_number()?.get_double()?),
+            ValueType::String => HostKind::String,
+            ValueType::BigInt => HostKind::BigInt,
+            ValueType::Function => HostKind::Function,
+            ValueType::Symbol => HostKind::Symbol,
+            _ if self.value.is_array()? => HostKind::Array,
+            _ => HostKind::Object,
+        })
+    }
+
+    fn text(&self) -> napi::Result<HostStr> {
+        utf16(self.value.coerce_to_string()?)
+    }
+
+    fn array_length(&self) -> napi::Result<u32> {
+        self.object()?.get_array_length()
+    }
+
+    fn element(&self, index: u32) -> napi::Result<Option<Self>> {
+        let array = self.object()?;
+        if !array.has_element(index)? {
+            return Ok(None);
+        }
+        Ok(Some(self.wrap(array.get_element::<Unknown>(index)?)))
+    }
+
+    fn keys(&self) -> napi::Result<Vec<(HostStr, Unknown<'e>)>> {
+        // `Object.keys`: own, enumerable, string-keyed (symbols dropped below).
+        let names = self.object()?.get_all_property_names(
+            KeyCollectionMode::OwnOnly,
+            KeyFilter::Enumerable,
+            KeyConversion::NumbersToStrings,
+        )?;
+        let mut keys = Vec::new();
+        for i in 0..names.get_array_length()? {
+            let key = names.get_element::<Unknown>(i)?;
+            if key.get_type()? == ValueType::String {
+                keys.push((utf16(key.coerce_to_string()?)?, key));
+            }
+        }
+        Ok(keys)
+    }
+
+    fn get(&self, key: &Unknown<'e>) -> napi::Result<Self> {
+        Ok(self.wrap(self.object()?.get_property::<Unknown, Unknown>(*key)?))
+    }
+
+    fn same(&self, other: &Self) -> napi::Result<bool> {
+        self.env.strict_equals(self.value, other.value)
+    }
+}
+
+/// The canonical form of a JavaScript value read directly (not through JSON text), or why
+/// it has none.
+#[napi(object)]
+pub struct CanonicalValue {
+    /// The reference's canonical text (absent when `error` is set).
+    pub text: Option<String>,
+    /// Whether `text` is JSON too (false when it renders a sparse array's hole).
+    pub is_json: bool,
+    /// The reference's error message when the value has no canonical form.
+    pub error: Option<String>,
+    /// Whether that error is a `TypeError` in the reference (a circular value).
+    pub type_error: bool,
+}
+
+/// `canonicalize` of a JavaScript value walked in place: the core's algorithm for what JSON
+/// text cannot carry (sparse arrays, `toJSON`, boxed primitives, values that are errors). An
+/// exception the value raises while it is read (a throwing getter) propagates as is.
+#[napi]
+pub fn canonicalize_value(env: &Env, value: Unknown<'_>) -> napi::Result<CanonicalValue> {
+    match canonicalize_host(&JsHostValue { env, value }) {
+        Ok(c) => Ok(CanonicalValue { text: Some(c.text), is_json: c.is_json, error: None, type_error: false }),
+        Err(HostError::Host(e)) => Err(e),
+        Err(e) => {
+            let type_error = matches!(e, HostError::Circular);
+            Ok(CanonicalValue { text: None, is_json: false, error: Some(e.to_string()), type_error })
+        }
+    }
 }

@@ -25,12 +25,14 @@
 
 mod canonical;
 mod fleet;
+mod rules;
 mod session;
 mod sql;
 mod store;
 
 pub use canonical::*;
 pub use fleet::*;
+pub use rules::*;
 pub use session::*;
 pub use sql::*;
 pub use store::*;

@@ -140,8 +140,8 @@ pub fn native_replay(scenario: String) -> napi::Result<String, Code> {
     js(bridge::native_replay(&scenario))
 }
 
-/// A store request that is not part of an operation (JSON text): `now`,
-/// `staleIntents` (`{limit}`), `readLog` (`{runId, effectKey}`) and `instances`.
+/// A store request that is not part of an operation (JSON text): the kinds and their
+/// arguments are those of the core's `bridge::store_request`.
 #[napi]
 pub fn store_request(kind: String, args: String) -> napi::Result<String, Code> {
     js(bridge::store_request(&kind, &args))

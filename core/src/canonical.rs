@@ -19,6 +19,8 @@
 //!
 //! Everything here is pure: no I/O, no clocks, no global state.
 
+pub mod host;
+
 use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::fmt;

@@ -253,14 +253,14 @@ impl RunRow {
     }
 
     /// The one expiry rule (deliberate fix 1): a held lease is expired iff its expiry is
-    /// missing or `<= now`.
+    /// missing or `<= now` ([`lease_expired_at`]).
     pub fn lease_expired(&self, now: Timestamp) -> bool {
-        self.lease_expires_at.is_none_or(|e| e <= now)
+        lease_expired_at(self.lease_expires_at, now)
     }
 
-    /// `canAcquire`: `ready`, or held with an expired lease.
+    /// `canAcquire`: `ready`, or held with an expired lease ([`can_acquire_at`]).
     pub fn can_acquire(&self, now: Timestamp) -> bool {
-        self.status == RunStatus::Ready || (self.status.is_held() && self.lease_expired(now))
+        can_acquire_at(self.status, self.lease_expires_at, now)
     }
 
     /// Whether `token` proves a live lease on this row at `now`.
@@ -423,10 +423,35 @@ pub struct InstanceRow {
 }
 
 impl InstanceRow {
-    /// `isInstanceExpired`: dead, or silent for strictly more than `ttl_ms`.
+    /// `isInstanceExpired`: dead, or silent for strictly more than `ttl_ms`
+    /// ([`instance_expired_at`]).
     pub fn is_expired(&self, now: Timestamp, ttl_ms: i64) -> bool {
-        self.status == InstanceStatus::Dead || now.0 - self.last_heartbeat.0 > ttl_ms
+        instance_expired_at(self.status == InstanceStatus::Dead, self.last_heartbeat.0, now.0, ttl_ms)
     }
+}
+
+/// The one expiry rule over any clock reading: a lease with no expiry, or one `<= now`, is
+/// expired. Generic so that a host's own reading (JavaScript's `f64` milliseconds, where
+/// an unparsable instant is NaN and never expires anything) meets the same rule as the
+/// core's [`Timestamp`].
+pub fn lease_expired_at<T: PartialOrd>(expires_at: Option<T>, now: T) -> bool {
+    expires_at.is_none_or(|e| e <= now)
+}
+
+/// `canAcquire` over any clock reading: `ready`, or held with an expired lease.
+pub fn can_acquire_at<T: PartialOrd>(status: RunStatus, expires_at: Option<T>, now: T) -> bool {
+    status == RunStatus::Ready || (status.is_held() && lease_expired_at(expires_at, now))
+}
+
+/// The one liveness rule over any clock reading: an instance is expired when it is dead or
+/// has been silent for strictly more than `ttl`.
+pub fn instance_expired_at<T: PartialOrd + std::ops::Sub<Output = T>>(
+    dead: bool,
+    last_heartbeat: T,
+    now: T,
+    ttl: T,
+) -> bool {
+    dead || now - last_heartbeat > ttl
 }
 
 #[cfg(test)]

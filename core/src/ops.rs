@@ -6,7 +6,7 @@
 //! they shape a condition.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::canonical;
 use crate::error::{ErrorCode, HeartError};
@@ -20,8 +20,11 @@ use crate::request::{
 };
 use crate::time::Timestamp;
 
+mod intent;
 pub(crate) mod lease;
 
+pub use intent::{LAST_ERROR_UNITS, LOG_REASON_UNITS, LogEntry, Transition, truncate_utf16};
+use intent::{commit_set, state_is};
 use lease::Reply;
 pub use lease::{acquire, release, renew, verify_fence};
 
@@ -538,18 +541,6 @@ async fn update_intent(
     }
 }
 
-fn commit_set(evidence: &Value) -> Vec<Assign<IntentCol>> {
-    vec![
-        (IntentCol::State, Expr::Val(Val::Text(IntentState::Committed.as_str().into()))),
-        (IntentCol::ExternalRef, Expr::Val(Val::Json(evidence.clone()))),
-        (IntentCol::CommittedAt, Expr::Now),
-    ]
-}
-
-fn state_is(s: IntentState) -> Cond<IntentCol> {
-    Cond::Eq(IntentCol::State, Val::Text(s.as_str().to_owned()))
-}
-
 /// `sendOnce(heart, ledger, {fence, channel, effectKey, payload, send})` in the documented
 /// order (fix 5): verify the fence → claim the intent → mark it dispatched (one statement
 /// conditioned on the run still holding this live token) → [`Need::Effect`] (the send; its
@@ -662,20 +653,8 @@ pub fn send_once(token: &FencingToken, channel: &str, effect_key: &str, payload:
     })
 }
 
-/// Cuts `s` to at most `units` UTF-16 code units (the reference's `slice`), never inside a
-/// surrogate pair (a Rust string cannot hold half of one).
-pub fn truncate_utf16(s: &str, units: usize) -> String {
-    let mut used = 0;
-    let mut out = String::new();
-    for c in s.chars() {
-        used += c.len_utf16();
-        if used > units {
-            break;
-        }
-        out.push(c);
-    }
-    out
-}
+/// What the reconciler writes to `last_error` when it reopens an intent proved not sent.
+const REOPENED_FOR_RETRY: &str = "reconciler: provably not sent, reopened for retry";
 
 /// The reconciler's abandon reason (the reference's exact text).
 pub fn abandon_reason(channel: &str, max_attempts: i64) -> String {
@@ -707,18 +686,10 @@ pub fn reconcile_outbox(max_attempts: i64, limit: u32) -> Machine<ReconcileSumma
                 other => return Err(mismatch("reconcile: probe", &other)),
             };
             let step = format!("reconcile: write for {}", row.effect_key);
-            let dispatched = state_is(IntentState::Dispatched);
             let hit = match verdict {
                 ProbeVerdict::Sent(evidence) => {
-                    let (now, hit) = update_intent(
-                        &io,
-                        &step,
-                        &row,
-                        dispatched,
-                        commit_set(&evidence),
-                        Some((1, "sent", Some(evidence.clone()))),
-                    )
-                    .await?;
+                    let (when, set, log) = Transition::MarkCommitted { external_ref: evidence }.parts();
+                    let (now, hit) = update_intent(&io, &step, &row, when, set, log).await?;
                     if hit.is_some() {
                         s.committed += 1;
                         io.bump(Counter::EffectCommits);
@@ -735,43 +706,24 @@ pub fn reconcile_outbox(max_attempts: i64, limit: u32) -> Machine<ReconcileSumma
                     hit.is_some()
                 }
                 ProbeVerdict::NotSent => {
-                    let set = vec![
-                        (IntentCol::State, Expr::Val(Val::Text(IntentState::Intent.as_str().into()))),
-                        (IntentCol::FenceOwner, Expr::Val(Val::Null)),
-                        (IntentCol::FenceExpiresAt, Expr::Val(Val::Null)),
-                        (IntentCol::FenceEpoch, Expr::Val(Val::Null)),
-                        (
-                            IntentCol::LastError,
-                            Expr::Val(Val::Text("reconciler: provably not sent, reopened for retry".into())),
-                        ),
-                    ];
-                    let (_, hit) = update_intent(
-                        &io,
-                        &step,
-                        &row,
-                        dispatched,
-                        set,
-                        Some((0, "reconciled", Some(json!({"reopened": true})))),
-                    )
-                    .await?;
+                    let reopen = Transition::Reopen { last_error: REOPENED_FOR_RETRY.to_owned() };
+                    let (when, set, log) = reopen.parts();
+                    let (_, hit) = update_intent(&io, &step, &row, when, set, log).await?;
                     s.reopened += u64::from(hit.is_some());
                     hit.is_some()
                 }
                 ProbeVerdict::Unknown if row.attempts >= max_attempts => {
                     let reason = abandon_reason(&row.channel, max_attempts);
-                    let when =
-                        Cond::In(IntentCol::State, vec![Val::Text("intent".into()), Val::Text("dispatched".into())]);
-                    let set = vec![
-                        (IntentCol::State, Expr::Val(Val::Text(IntentState::Abandoned.as_str().into()))),
-                        (IntentCol::LastError, Expr::Val(Val::Text(truncate_utf16(&reason, 500)))),
-                    ];
-                    let log = Some((0, "abandoned", Some(json!({"reason": truncate_utf16(&reason, 120)}))));
+                    let (when, set, log) = Transition::Abandon { reason }.parts();
                     let (_, hit) = update_intent(&io, &step, &row, when, set, log).await?;
                     s.abandoned += u64::from(hit.is_some());
                     hit.is_some()
                 }
                 ProbeVerdict::Unknown => {
-                    let when = Cond::And(vec![dispatched, Cond::Eq(IntentCol::Attempts, Val::Int(row.attempts))]);
+                    let when = Cond::And(vec![
+                        state_is(IntentState::Dispatched),
+                        Cond::Eq(IntentCol::Attempts, Val::Int(row.attempts)),
+                    ]);
                     let (_, hit) = update_intent(
                         &io,
                         &step,

@@ -1,7 +1,10 @@
 //! Canonical JSON, digests, identifiers, receipt verification and the error registry,
-//! over JSON text (JavaScript hands values over as `JSON.stringify` output).
+//! over JSON text (JavaScript hands values over as `JSON.stringify` output), and the
+//! canonical form of a value JSON text cannot carry, walked in place (`canonicalizeValue`).
 
 use heart_fleet_core::bridge;
+use heart_fleet_core::canonical::host::{HostError, HostKind, HostStr, HostValue, canonicalize_host};
+use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
 use crate::{from_heart, text};
@@ -60,4 +63,99 @@ pub fn error_codes() -> js_sys::Array {
 #[wasm_bindgen]
 pub fn contract() -> String {
     bridge::contract_json()
+}
+
+#[wasm_bindgen]
+extern "C" {
+    /// `Object.keys(value)`, an exception (a proxy's trap) returned rather than unwound
+    /// through the module.
+    #[wasm_bindgen(catch, js_namespace = Object, js_name = keys)]
+    fn object_keys(value: &JsValue) -> Result<js_sys::Array, JsValue>;
+}
+
+/// A JavaScript value as the core's canonical algorithm reads it
+/// ([`heart_fleet_core::canonical::host`]).
+#[derive(Clone)]
+struct JsHostValue(JsValue);
+
+fn host_str(s: &js_sys::JsString) -> HostStr {
+    if s.is_valid_utf16() { HostStr::Text(String::from(s)) } else { HostStr::Units(s.iter().collect()) }
+}
+
+impl HostValue for JsHostValue {
+    type Key = JsValue;
+    type Error = JsValue;
+
+    fn kind(&self) -> Result<HostKind, JsValue> {
+        let v = &self.0;
+        Ok(if v.is_null() {
+            HostKind::Null
+        } else if v.is_undefined() {
+            HostKind::Undefined
+        } else if let Some(b) = v.as_bool() {
+            HostKind::Bool(b)
+        } else if let Some(n) = v.as_f64() {
+            HostKind::Number(n)
+        } else if v.is_string() {
+            HostKind::String
+        } else if v.is_bigint() {
+            HostKind::BigInt
+        } else if v.is_function() {
+            HostKind::Function
+        } else if v.is_symbol() {
+            HostKind::Symbol
+        } else if js_sys::Array::is_array(v) {
+            HostKind::Array
+        } else {
+            HostKind::Object
+        })
+    }
+
+    fn text(&self) -> Result<HostStr, JsValue> {
+        Ok(host_str(self.0.unchecked_ref()))
+    }
+
+    fn array_length(&self) -> Result<u32, JsValue> {
+        let n = js_sys::Reflect::get(&self.0, &JsValue::from_str("length"))?.as_f64().unwrap_or(0.0);
+        // An array's length is a u32 by the language's own rule.
+        Ok(if n.is_finite() && n >= 0.0 && n <= f64::from(u32::MAX) { n as u32 } else { 0 })
+    }
+
+    fn element(&self, index: u32) -> Result<Option<Self>, JsValue> {
+        let at = JsValue::from(index);
+        if !js_sys::Reflect::has(&self.0, &at)? {
+            return Ok(None);
+        }
+        Ok(Some(JsHostValue(js_sys::Reflect::get_u32(&self.0, index)?)))
+    }
+
+    fn keys(&self) -> Result<Vec<(HostStr, JsValue)>, JsValue> {
+        Ok(object_keys(&self.0)?.iter().map(|k| (host_str(k.unchecked_ref()), k)).collect())
+    }
+
+    fn get(&self, key: &JsValue) -> Result<Self, JsValue> {
+        Ok(JsHostValue(js_sys::Reflect::get(&self.0, key)?))
+    }
+
+    fn same(&self, other: &Self) -> Result<bool, JsValue> {
+        Ok(self.0 == other.0)
+    }
+}
+
+/// `canonicalize` of a JavaScript value walked in place: the core's algorithm for what JSON
+/// text cannot carry (sparse arrays, `toJSON`, boxed primitives, values that are errors).
+/// Returns `{text, isJson, error, typeError}` (as the napi module does); an exception the
+/// value raises while it is read (a throwing getter) is thrown as is.
+#[wasm_bindgen(js_name = canonicalizeValue)]
+pub fn canonicalize_value(value: JsValue) -> Result<JsValue, JsValue> {
+    let (text, is_json, error, type_error) = match canonicalize_host(&JsHostValue(value)) {
+        Ok(c) => (JsValue::from(c.text), c.is_json, JsValue::NULL, false),
+        Err(HostError::Host(e)) => return Err(e),
+        Err(e) => (JsValue::NULL, false, JsValue::from(e.to_string()), matches!(e, HostError::Circular)),
+    };
+    let out = js_sys::Object::new();
+    for (name, v) in [("text", text), ("isJson", is_json.into()), ("error", error), ("typeError", type_error.into())] {
+        js_sys::Reflect::set(&out, &JsValue::from_str(name), &v)?;
+    }
+    Ok(out.into())
 }

@@ -25,11 +25,13 @@
 
 mod canonical;
 mod fleet;
+mod rules;
 mod session;
 mod store;
 
 pub use canonical::*;
 pub use fleet::*;
+pub use rules::*;
 pub use session::*;
 pub use store::*;
 

@@ -137,8 +137,8 @@ pub fn native_replay(scenario: JsValue) -> Result<String, JsValue> {
     bridge::native_replay(&text("scenario", &scenario)?).map_err(from_heart)
 }
 
-/// A store request that is not part of an operation (JSON text): `now`, `staleIntents`
-/// (`{limit}`), `readLog` (`{runId, effectKey}`), `intents` (`{runId?}`) and `instances`.
+/// A store request that is not part of an operation (JSON text): the kinds and their
+/// arguments are those of the core's `bridge::store_request`.
 #[wasm_bindgen(js_name = storeRequest)]
 pub fn store_request(kind: JsValue, args: JsValue) -> Result<String, JsValue> {
     bridge::store_request(&text("kind", &kind)?, &text("args", &args)?).map_err(from_heart)

@@ -65,13 +65,14 @@ function world() {
   const jsFleet = new native.NativeFleet(5, false);
   const op = jsFleet.begin('verifyFence', JSON.stringify({ fence: { runId: 'r1', owner: 'w', leaseExpiresAt: '2026-07-30T00:01:00.000Z' } }));
   const session = native.NativeLeaseSession.create(60, null);
-  return { store, fleet, op, session };
+  const ledger = new native.NativeEffectLedger();
+  return { store, fleet, op, session, ledger };
 }
 
 /** [name, arity, call(world, args)] for every raw export. */
 function targets() {
   const out = [];
-  const skip = new Set(['initSync', 'default', 'NativeFleet', 'NativeOp', 'NativeMemoryStore', 'NativeLeaseSession']);
+  const skip = new Set(['initSync', 'default', 'NativeFleet', 'NativeOp', 'NativeMemoryStore', 'NativeLeaseSession', 'NativeEffectLedger']);
   for (const [name, f] of Object.entries(native)) {
     if (skip.has(name) || typeof f !== 'function') continue;
     out.push([name, Math.max(f.length, 1), (w, args) => f(...args)]);
@@ -85,6 +86,7 @@ function targets() {
     ['store', native.NativeMemoryStore],
     ['op', native.NativeOp],
     ['session', native.NativeLeaseSession],
+    ['ledger', native.NativeEffectLedger],
   ];
   for (const [obj, cls] of methods) {
     for (const m of Object.getOwnPropertyNames(cls.prototype)) {

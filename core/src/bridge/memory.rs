@@ -10,7 +10,7 @@ use super::{BridgeResult, invalid, parse_json, protocol, to_text};
 use crate::conformance;
 use crate::model::{InstanceRow, IntentRow};
 use crate::request::{Cond, IntentCol, StoreRequest, Val};
-use crate::{ErrorCode, HeartError, LeaseStore, MemoryStore, RunRow, Timestamp};
+use crate::{ErrorCode, HeartError, LeaseStore, MemoryStore, RunRow, Timestamp, ops};
 
 /// A shared handle on a [`MemoryStore`]: an injectable clock (milliseconds since the Unix
 /// epoch), runs, effect intents, the dispatch log and instances, with injectable failures.
@@ -154,31 +154,122 @@ pub fn native_replay(scenario: &str) -> BridgeResult<String> {
     Ok(to_text(&replay))
 }
 
-/// A store request that is not part of an operation (JSON text): `now`,
-/// `staleIntents` (`{limit}`: dispatched intents whose fence expired, oldest first),
-/// `readLog` (`{runId, effectKey}`) and `instances`.
+/// A store request that is not part of an operation (JSON text in, JSON text out):
+///
+/// * `now`, `instances`, `readRun` (`{runId}`), `staleIntents` (`{limit?}`: dispatched
+///   intents whose fence expired, oldest first) and `readLog` (`{runId, effectKey}`);
+/// * the reference's hand-driven ledger calls on one intent `{runId, effectKey, …}`:
+///   `claimIntent` (`channel`, `payloadDigest`), `markDispatched` (`fenceOwner`,
+///   `fenceExpiresAt`, an ISO instant), `markCommitted` (`externalRef`), `reopen`
+///   (`lastError`), `noteUnresolved` (`currentAttempts`) and `abandon` (`reason`), each
+///   built by [`ops::Transition`] as the reconciler builds its own.
+///
+/// An unknown kind, an unknown or missing field, or a value of the wrong type is
+/// `invalid-input`. (The arguments are read from a JSON value by hand: serde's derives
+/// would cost the edge `.wasm` more than the whole function.)
 pub fn store_request(kind: &str, args: &str) -> BridgeResult<String> {
-    let args: Value = parse_json(args, &format!("{kind}: bad arguments"))?;
-    let text = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let value: Value = parse_json(args, &format!("{kind}: bad arguments"))?;
+    let a = Args { kind, value: &value };
     let req = match kind {
-        "now" => StoreRequest::Now,
+        "now" => a.only(&[]).map(|()| StoreRequest::Now)?,
+        "instances" => a.only(&[]).map(|()| StoreRequest::ScanInstances { when: Cond::True })?,
+        "readRun" => {
+            a.only(&["runId"])?;
+            StoreRequest::ReadRun { run_id: a.text("runId")? }
+        }
         "staleIntents" => {
-            let limit = args
-                .get("limit")
-                .and_then(Value::as_u64)
-                .and_then(|n| u32::try_from(n).ok())
-                .unwrap_or(crate::ops::DEFAULT_RECONCILE_LIMIT);
+            a.only(&["limit"])?;
+            let limit = match value.get("limit") {
+                None | Some(Value::Null) => ops::DEFAULT_RECONCILE_LIMIT,
+                Some(n) => n
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| a.bad("limit must be an integer in 0..=4294967295"))?,
+            };
             let when = Cond::And(vec![
                 Cond::Eq(IntentCol::State, Val::Text("dispatched".into())),
                 Cond::ExpiredAt(IntentCol::FenceExpiresAt),
             ]);
             StoreRequest::ScanIntents { when, limit }
         }
-        "readLog" => StoreRequest::ReadLog { run_id: text("runId"), effect_key: text("effectKey") },
-        "instances" => StoreRequest::ScanInstances { when: Cond::True },
-        other => return Err(invalid(format!("unknown store request {other:?}"))),
+        _ => intent_request(&a)?,
     };
     Ok(to_text(&req))
+}
+
+/// The arguments of a one-off store request (a JSON object).
+struct Args<'a> {
+    kind: &'a str,
+    value: &'a Value,
+}
+
+impl Args<'_> {
+    fn bad(&self, message: &str) -> HeartError {
+        invalid(format!("{}: bad arguments: {message}", self.kind))
+    }
+
+    /// An object with no field but `allowed`.
+    fn only(&self, allowed: &[&str]) -> BridgeResult<()> {
+        let object = self.value.as_object().ok_or_else(|| self.bad("not an object"))?;
+        match object.keys().find(|k| !allowed.contains(&k.as_str())) {
+            Some(extra) => Err(self.bad(&format!("unknown field `{extra}`"))),
+            None => Ok(()),
+        }
+    }
+
+    /// A required string field.
+    fn text(&self, name: &str) -> BridgeResult<String> {
+        match self.value.get(name) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(_) => Err(self.bad(&format!("`{name}` must be a string"))),
+            None => Err(self.bad(&format!("missing field `{name}`"))),
+        }
+    }
+}
+
+/// A one-off request on one intent (see [`store_request`]).
+fn intent_request(a: &Args<'_>) -> BridgeResult<StoreRequest> {
+    let fields: &[&str] = match a.kind {
+        "readLog" => &["runId", "effectKey"],
+        "claimIntent" => &["runId", "effectKey", "channel", "payloadDigest"],
+        "markDispatched" => &["runId", "effectKey", "fenceOwner", "fenceExpiresAt"],
+        "markCommitted" => &["runId", "effectKey", "externalRef"],
+        "reopen" => &["runId", "effectKey", "lastError"],
+        "noteUnresolved" => &["runId", "effectKey", "currentAttempts"],
+        "abandon" => &["runId", "effectKey", "reason"],
+        other => return Err(invalid(format!("unknown store request {other:?}"))),
+    };
+    a.only(fields)?;
+    let (run_id, effect_key) = (a.text("runId")?, a.text("effectKey")?);
+    let transition = match a.kind {
+        "readLog" => return Ok(StoreRequest::ReadLog { run_id, effect_key }),
+        "claimIntent" => {
+            let (channel, payload_digest) = (a.text("channel")?, a.text("payloadDigest")?);
+            let intent = crate::request::NewIntent { run_id, effect_key, channel, payload_digest };
+            return Ok(StoreRequest::ClaimIntent(intent));
+        }
+        "markDispatched" => {
+            let at = a.text("fenceExpiresAt")?;
+            let fence_expires_at =
+                Timestamp::parse_iso(&at).map_err(|e| a.bad(&format!("fenceExpiresAt is not an ISO instant: {e}")))?;
+            ops::Transition::MarkDispatched { fence_owner: a.text("fenceOwner")?, fence_expires_at }
+        }
+        "markCommitted" => {
+            let external_ref = a.value.get("externalRef").cloned().unwrap_or(Value::Null);
+            ops::Transition::MarkCommitted { external_ref }
+        }
+        "reopen" => ops::Transition::Reopen { last_error: a.text("lastError")? },
+        "noteUnresolved" => {
+            let current = match a.value.get("currentAttempts") {
+                None | Some(Value::Null) => Some(0),
+                Some(n) => n.as_i64().filter(|n| *n >= 0),
+            };
+            let current_attempts = current.ok_or_else(|| a.bad("currentAttempts must be an integer of at least 0"))?;
+            ops::Transition::NoteUnresolved { current_attempts }
+        }
+        _ => ops::Transition::Abandon { reason: a.text("reason")? },
+    };
+    Ok(transition.request(&run_id, &effect_key))
 }
 
 /// The rows a request is evaluated against by [`simulate_request`].
@@ -211,4 +302,63 @@ pub fn simulate_request(request: &str, snapshot: &str, now_ms: i64) -> BridgeRes
     }
     let answer = store.execute(req).map_err(|e| protocol(e.0))?;
     Ok(to_text(&answer))
+}
+
+#[cfg(test)]
+mod store_request_tests {
+    use serde_json::{Value, json};
+
+    use super::store_request;
+    use crate::ErrorCode;
+
+    fn request(kind: &str, args: Value) -> Value {
+        serde_json::from_str(&store_request(kind, &args.to_string()).unwrap()).unwrap()
+    }
+
+    fn refused(kind: &str, args: Value) -> String {
+        let e = store_request(kind, &args.to_string()).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidInput, "{kind} {args}");
+        e.message
+    }
+
+    #[test]
+    fn every_hand_driven_transition_is_the_transition_the_core_builds() {
+        let reopen = request("reopen", json!({"runId": "r", "effectKey": "k", "lastError": "nope"}));
+        assert_eq!(reopen["op"], "update_intent");
+        assert_eq!(reopen["when"], json!({"eq": ["state", {"type": "text", "value": "dispatched"}]}));
+        assert_eq!(reopen["set"].as_array().map(Vec::len), Some(5));
+        assert_eq!(reopen["log"]["outcome"], "reconciled");
+        let abandon = request("abandon", json!({"runId": "r", "effectKey": "k", "reason": "x".repeat(200)}));
+        assert_eq!(abandon["log"]["detail"]["reason"].as_str().map(str::len), Some(120));
+        let dispatched = request(
+            "markDispatched",
+            json!({"runId": "r", "effectKey": "k", "fenceOwner": "w", "fenceExpiresAt": "2026-01-01T00:00:00.000Z"}),
+        );
+        assert_eq!(dispatched["log"], Value::Null);
+        let note = request("noteUnresolved", json!({"runId": "r", "effectKey": "k", "currentAttempts": 2}));
+        assert_eq!(note["set"], json!([["attempts", {"val": {"type": "int", "value": 3}}]]));
+        let committed = request("markCommitted", json!({"runId": "r", "effectKey": "k", "externalRef": {"id": 1}}));
+        assert_eq!(committed["log"]["attempt"], 1);
+        let claim =
+            request("claimIntent", json!({"runId": "r", "effectKey": "k", "channel": "mail", "payloadDigest": "d"}));
+        assert_eq!(claim["op"], "claim_intent");
+        assert_eq!(request("staleIntents", json!({}))["limit"], crate::ops::DEFAULT_RECONCILE_LIMIT);
+        assert_eq!(request("readRun", json!({"runId": "r"})), json!({"op": "read_run", "run_id": "r"}));
+    }
+
+    #[test]
+    fn a_field_of_another_kind_an_unknown_field_or_a_missing_one_is_invalid_input() {
+        assert!(
+            refused("reopen", json!({"runId": "r", "effectKey": "k", "lastError": "e", "reason": "x"}))
+                .contains("reason")
+        );
+        assert!(refused("reopen", json!({"runId": "r", "effectKey": "k", "lastErr": "e"})).contains("lastErr"));
+        assert!(refused("reopen", json!({"runId": "r", "effectKey": "k"})).contains("lastError"));
+        assert!(refused("abandon", json!({"runId": "r", "reason": "x"})).contains("effectKey"));
+        refused("noteUnresolved", json!({"runId": "r", "effectKey": "k", "currentAttempts": -1}));
+        refused("markDispatched", json!({"runId": "r", "effectKey": "k", "fenceOwner": "w", "fenceExpiresAt": "soon"}));
+        refused("staleIntents", json!({"limit": -1}));
+        refused("staleIntents", json!({"limits": 5}));
+        assert!(refused("update_intent", json!({"runId": "r", "effectKey": "k"})).contains("unknown store request"));
+    }
 }

@@ -78,7 +78,8 @@ pub use op::*;
 pub use session::*;
 pub use sql::*;
 
-use crate::{ErrorCode, HeartError};
+use crate::model::InstanceStatus;
+use crate::{ErrorCode, HeartError, RunStatus};
 
 /// A result of the bridge: the error carries the stable code the binding shows.
 pub type BridgeResult<T> = Result<T, HeartError>;
@@ -98,6 +99,24 @@ fn to_text<T: serde::Serialize + ?Sized>(v: &T) -> String {
 /// Parses JSON text with a message naming what it should have been.
 fn parse_json<'a, T: serde::Deserialize<'a>>(text: &'a str, what: &str) -> BridgeResult<T> {
     serde_json::from_str(text).map_err(|e| invalid(format!("{what}: {e}")))
+}
+
+/// `isLeaseExpired` at a host's clock reading (milliseconds; `None`: no expiry): the
+/// core's one expiry rule, [`crate::model::lease_expired_at`].
+pub fn lease_expired_ms(expires_at_ms: Option<f64>, now_ms: f64) -> bool {
+    crate::model::lease_expired_at(expires_at_ms, now_ms)
+}
+
+/// `canAcquire` at a host's clock reading: a status that is no run status is never
+/// acquirable.
+pub fn can_acquire_ms(status: &str, expires_at_ms: Option<f64>, now_ms: f64) -> bool {
+    RunStatus::parse(status).is_ok_and(|s| crate::model::can_acquire_at(s, expires_at_ms, now_ms))
+}
+
+/// `isInstanceExpired` at a host's clock reading: `dead`, or silent for strictly more than
+/// `ttl_ms` ([`crate::model::instance_expired_at`]).
+pub fn instance_expired_ms(status: &str, last_heartbeat_ms: f64, now_ms: f64, ttl_ms: f64) -> bool {
+    crate::model::instance_expired_at(status == InstanceStatus::Dead.as_str(), last_heartbeat_ms, now_ms, ttl_ms)
 }
 
 /// The contract's constants, for hosts to take instead of copying (JSON): `errorCodes`,
