@@ -7,9 +7,9 @@
 //   now() -> Date
 //
 // each sync or async. HeartFleet accepts such an object as its store: every store request
-// of an operation is decided by the core's own evaluator (native.simulateRequest) on the row
-// getRun returned, and the result is written back with conditionalUpdate conditioned (eq) on
-// every column the decision read, with the values as read: a compare-and-set. When the row
+// of an operation is decided by the core's own evaluator on the row getRun returned
+// (native.decideRunWrite), and the result is written back with conditionalUpdate conditioned
+// (eq) on every column the decision read, with the values as read: a compare-and-set. When the row
 // changed in between, the write misses and the request is decided again on a fresh read, at
 // most `casRetries` times; then the request fails (store-unavailable, "kept changing"),
 // never a silent miss. Scans of expired leases go through findExpiredLeases.
@@ -28,14 +28,13 @@
 //  * Effect intents, instances, run listings and find-or-create have no method in the
 //    contract: those requests fail with code invalid-input naming what is missing.
 
-const { codedError, describe, messageOf } = require('./util.cjs');
+const native = require('./native.cjs');
+const { codedError, describe, messageOf, rethrowNative } = require('./util.cjs');
 const { executeRequest, simulate } = require('./store-request.cjs');
 const { runRow } = require('./rows.cjs');
 
 /** The TypeScript package's LeaseStore methods. */
 const LEASE_STORE_METHODS = Object.freeze(['getRun', 'conditionalUpdate', 'findExpiredLeases', 'now']);
-/** Columns heart-fleet adds to the TypeScript package's agent_runs schema. */
-const OUR_COLUMNS = ['fencing_epoch'];
 const WHO = 'LeaseStore';
 
 /** The names in `methods` that `obj` does not have as functions. */
@@ -67,34 +66,17 @@ function fillRun(raw, at) {
   return row;
 }
 
-/** The columns a condition (the core's JSON form) reads, into `out`. */
-function condColumns(cond, out) {
-  if (cond === null || typeof cond !== 'object') return out; // 'true'
-  const [tag, arg] = Object.entries(cond)[0] ?? [];
-  if (tag === 'and' || tag === 'or') for (const c of arg) condColumns(c, out);
-  else if (tag === 'not') condColumns(arg, out);
-  else if (tag === 'expired_at' || tag === 'live_at') out.add(arg);
-  else if (Array.isArray(arg)) out.add(arg[0]); // eq, in, at_most, older_than, starts_with
-  return out;
-}
-
-/** The columns an assignment (the core's JSON form) reads, into `out`. */
-function exprColumns(expr, out) {
-  if (expr === null || typeof expr !== 'object') return out; // 'now'
-  if (expr.add) out.add(expr.add[0]);
-  if (expr.case) {
-    condColumns(expr.case[0], out);
-    exprColumns(expr.case[1], out);
-    exprColumns(expr.case[2], out);
+/**
+ * The core's compare-and-set decision of an update_run request on the row `raw` (as the
+ * user's store returned it), at `ms`: `{now, before, after, expect, patch}`.
+ */
+function decide(req, raw, ms) {
+  try {
+    const present = JSON.stringify(Object.keys(raw).filter((k) => raw[k] !== undefined));
+    return JSON.parse(native.decideRunWrite(JSON.stringify(req), JSON.stringify(fillRun(raw, iso(ms))), present, ms));
+  } catch (e) {
+    return rethrowNative(e);
   }
-  return out;
-}
-
-/** Every column an update_run request's decision reads. */
-function readColumns(req) {
-  const out = condColumns(req.when, new Set());
-  for (const [, expr] of req.set) exprColumns(expr, out);
-  return out;
 }
 
 function unservable(what) {
@@ -209,36 +191,26 @@ class ReferenceStoreRequests {
    * columns the decision changed, conditioned on every column it read (as read).
    */
   async _updateRun(req) {
-    const cols = readColumns(req);
     let known = this._given;
     for (let attempt = 0; attempt < this.casRetries; ) {
       const raw = known ? known.raw : await this._fetch(req.run_id);
       const at = iso(this._ms);
-      const sim = raw && this._simulate({ ...req, want_before: true }, { runs: [fillRun(raw, at)] }, this._ms);
-      const { before, after } = sim ? sim.reply : { before: null, after: null };
-      if (!after && known) {
+      const d = raw && decide(req, raw, this._ms);
+      if (!(d && d.after) && known) {
         // A row read earlier in the operation proves only hits: decide a miss on a fresh read.
         known = null;
         this._ms = await this._readClock();
         continue;
       }
-      if (!after) {
+      if (!(d && d.after)) {
         // The read that follows a miss (to explain it) is answered with this one.
         this._known.set(req.run_id, { raw, ms: this._ms });
         return { now: at, reply: { kind: 'run_write', before: null, after: null } };
       }
       const eq = {};
-      for (const c of cols) if (raw[c] !== undefined) eq[c] = raw[c];
-      const updates = {};
-      for (const [c, v] of Object.entries(after)) {
-        if (JSON.stringify(v) === JSON.stringify(before[c])) continue;
-        if (OUR_COLUMNS.includes(c) && raw[c] === undefined) continue;
-        updates[c] = v;
-      }
-      // Nothing to change (verify at an unchanged clock): the write still proves the condition.
-      if (Object.keys(updates).length === 0) updates.updated_at = after.updated_at;
-      const written = this._checkedRow('conditionalUpdate', await this._call('conditionalUpdate', req.run_id, updates, { eq }), req.run_id);
-      if (written) return { now: sim.now, reply: { kind: 'run_write', before: req.want_before ? before : null, after: fillRun(written, at) } };
+      for (const c of d.expect) eq[c] = raw[c];
+      const written = this._checkedRow('conditionalUpdate', await this._call('conditionalUpdate', req.run_id, d.patch, { eq }), req.run_id);
+      if (written) return { now: d.now, reply: { kind: 'run_write', before: req.want_before ? d.before : null, after: fillRun(written, at) } };
       // The row changed since the read: decide again on a fresh one.
       known = null;
       attempt += 1;

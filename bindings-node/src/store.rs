@@ -154,3 +154,12 @@ pub fn store_request(kind: String, args: String) -> napi::Result<String, Code> {
 pub fn simulate_request(request: String, snapshot: String, now_ms: i64) -> napi::Result<String, Code> {
     js(bridge::simulate_request(&request, &snapshot, now_ms))
 }
+
+/// The compare-and-set decision of an `update_run` request on one row (JSON), for a store
+/// that can only read a row and write it back conditionally (the core's
+/// `bridge::decide_run_write`): `{now, before, after, expect, patch}` as JSON. `present`: a
+/// JSON array of the columns the store's own row has.
+#[napi]
+pub fn decide_run_write(request: String, row: String, present: String, now_ms: i64) -> napi::Result<String, Code> {
+    js(bridge::decide_run_write(&request, &row, &present, now_ms))
+}

@@ -78,6 +78,40 @@ pub enum InstanceCol {
     LastHeartbeat,
 }
 
+impl<C: Copy> Cond<C> {
+    /// The columns this condition reads, in order of appearance, into `out` (the run a
+    /// `RunHeldBy` names and the instances of `OwnerInstanceDead` are other tables).
+    pub fn columns_into(&self, out: &mut Vec<C>) {
+        match self {
+            Cond::True | Cond::RunHeldBy { .. } | Cond::OwnerInstanceDead { .. } => {}
+            Cond::Eq(c, _)
+            | Cond::In(c, _)
+            | Cond::AtMost(c, _)
+            | Cond::ExpiredAt(c)
+            | Cond::LiveAt(c)
+            | Cond::OlderThan(c, _)
+            | Cond::StartsWith(c, _) => out.push(*c),
+            Cond::And(all) | Cond::Or(all) => all.iter().for_each(|c| c.columns_into(out)),
+            Cond::Not(c) => c.columns_into(out),
+        }
+    }
+}
+
+impl<C: Copy> Expr<C> {
+    /// The columns this expression reads, into `out`.
+    pub fn columns_into(&self, out: &mut Vec<C>) {
+        match self {
+            Expr::Val(_) | Expr::Now | Expr::NowPlus(_) => {}
+            Expr::Add(c, _) => out.push(*c),
+            Expr::Case(when, then, otherwise) => {
+                when.columns_into(out);
+                then.columns_into(out);
+                otherwise.columns_into(out);
+            }
+        }
+    }
+}
+
 impl RunCol {
     /// The SQL column name.
     pub fn name(self) -> &'static str {

@@ -186,3 +186,13 @@ pub fn sql_receipt_insert(dialect_name: JsValue, receipt_json: JsValue) -> Resul
     let dialect = text("dialect", &dialect_name)?;
     bridge::sql_receipt_insert(&dialect, &text("receipt", &receipt_json)?).map_err(from_heart)
 }
+
+/// The compare-and-set decision of an `update_run` request on one row (JSON), for a store
+/// that can only read a row and write it back conditionally (the core's
+/// `bridge::decide_run_write`): `{now, before, after, expect, patch}` as JSON. `present`: a
+/// JSON array of the columns the store's own row has.
+#[wasm_bindgen(js_name = decideRunWrite)]
+pub fn decide_run_write(request: JsValue, row: JsValue, present: JsValue, now_ms: JsValue) -> Result<String, JsValue> {
+    let (request, row, present) = (text("request", &request)?, text("row", &row)?, text("present", &present)?);
+    bridge::decide_run_write(&request, &row, &present, int("nowMs", &now_ms)?).map_err(from_heart)
+}
