@@ -39,8 +39,9 @@ deno=$pkg/node_modules/.bin/deno
 
 step "build pkg/ and pkg-edge/: cargo (wasm profile) → wasm-bindgen --target web → wasm-opt -Oz → esbuild"
 node "$pkg/build.mjs"
-# Regression ceilings, not the aim (250 KB, not met: see BENCHMARKS.md, "Deno and edge runtimes").
-for build in pkg:1000000 pkg-edge:800000; do
+# Regression ceilings, not the aim (pkg 450,000 and pkg-edge 300,000 bytes, not met: see
+# BENCHMARKS.md, "Deno and edge runtimes"), a few per cent above the sizes measured last.
+for build in pkg:900000 pkg-edge:720000; do
   size=$(wc -c < "$pkg/${build%%:*}/heart_fleet_bg.wasm")
   if [ "$size" -gt "${build##*:}" ]; then
     echo "${build%%:*}/heart_fleet_bg.wasm is $size bytes, over its ${build##*:}-byte ceiling" >&2

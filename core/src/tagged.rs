@@ -6,8 +6,8 @@
 //! it looks at the tag, because the tag may come anywhere; for a store answer that is every
 //! row, read twice. The objects the core and its hosts write have the tag first, so this reads
 //! the first key: the tag, then the variant's fields straight from the rest of the object.
-//! An object whose tag comes later is read as a JSON value first and then the same way, so
-//! the result never depends on the order of the keys.
+//! An object whose tag comes later is read as a JSON value first, written again with the tag
+//! first and read the same way, so the result never depends on the order of the keys.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -17,7 +17,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde_json::Value;
 
 /// An enum written as one JSON object with a tag key naming its variant.
-pub(crate) trait Tagged: Sized {
+pub(crate) trait Tagged: Sized + serde::de::DeserializeOwned {
     /// The tag's key.
     const TAG: &'static str;
     /// The variants' names, for the error of an unknown one.
@@ -58,6 +58,20 @@ impl<'de, T: Tagged> Visitor<'de> for TaggedVisitor<T> {
             Some(other) => return Err(de::Error::custom(format!("{} must be a string, got {other}", T::TAG))),
             None => return Err(de::Error::missing_field(T::TAG)),
         };
-        T::variant(&kind, Value::Object(object)).map_err(de::Error::custom)
+        // Written again with the tag first and read as text: the variants are then read by
+        // the one deserializer the fast path uses (reading them from the `Value` as well
+        // would compile every variant's fields a second time: the .wasm's size).
+        let mut text = String::from("{");
+        text.push_str(&Value::String(T::TAG.to_owned()).to_string());
+        text.push(':');
+        text.push_str(&Value::String(kind).to_string());
+        for (k, v) in object {
+            text.push(',');
+            text.push_str(&Value::String(k).to_string());
+            text.push(':');
+            text.push_str(&v.to_string());
+        }
+        text.push('}');
+        serde_json::from_str(&text).map_err(de::Error::custom)
     }
 }

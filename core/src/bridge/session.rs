@@ -33,7 +33,7 @@ struct DoneJson {
 fn renew_result(done: &str) -> Result<Result<Fenced<FencingToken>, HeartError>, String> {
     let d: DoneJson = serde_json::from_str(done).map_err(|e| format!("not a renew step: {e}"))?;
     match (d.ok, d.error) {
-        (Some(ok), _) => Ok(Ok(serde_json::from_value(ok).map_err(|e| format!("not a renew result: {e}"))?)),
+        (Some(ok), _) => Ok(Ok(serde_json::from_str(&ok.to_string()).map_err(|e| format!("not a renew result: {e}"))?)),
         (None, Some(e)) => {
             let code = ErrorCode::parse(&e.code).unwrap_or(ErrorCode::StoreUnavailable);
             Ok(Err(HeartError::new(code, e.message)))
