@@ -13,7 +13,7 @@
 // deep: a deeper one is an invalid-input error at any depth, found by a bounded walk first.
 
 const native = require('./native.cjs');
-const { typeError, codedError, rethrowNative, isThenable, nesting, tooDeep, firstLine, messageOf, wellFormed, MAX_JSON_DEPTH } = require('./util.cjs');
+const { typeError, codedError, rethrowNative, isThenable, nesting, tooDeep, messageOf, wellFormed, MAX_JSON_DEPTH } = require('./util.cjs');
 
 const { digestPrefix: DIGEST_PREFIX } = require('./contract.cjs');
 
@@ -181,12 +181,8 @@ function toCoreJson(value, what) {
   return r.text;
 }
 
-/**
- * How deep the evidence of a send may nest to be stored everywhere: it travels inside store
- * requests and answers (a few levels of their own) that every store, in every runtime, parses
- * with a recursion limit of 128 levels.
- */
-const MAX_EVIDENCE_DEPTH = 100;
+/** How deep the evidence of a send may nest to be stored everywhere (the core's limit). */
+const MAX_EVIDENCE_DEPTH = require('./contract.cjs').maxEvidenceDepth;
 
 function typeName(v) {
   if (v === null) return 'null';
@@ -201,11 +197,11 @@ function typeName(v) {
 /**
  * What a send's result records as evidence when it cannot be stored as JSON (a NaN, a
  * bigint, a circular object, nesting deeper than MAX_EVIDENCE_DEPTH, a toExternalRef that
- * threw): `{"unstorable":{"type":…,"reason":…}}`, never the value itself. The send
- * happened, so the intent is committed with this instead of being reported as bad input.
+ * threw): `{"unstorable":{"type":…,"reason":…}}`, built by the core, never the value itself.
+ * The send happened, so the intent is committed with this instead of being reported as bad input.
  */
 function unstorableEvidence(type, reason) {
-  return JSON.stringify({ unstorable: { type, reason: firstLine(reason).slice(0, 200) } });
+  return native.unstorableEvidence(String(type), String(reason));
 }
 
 /**

@@ -6,7 +6,9 @@ const { HeartFleet, drive, storeKind, leaseStoreGap } = require('./fleet.cjs');
 const { missingMethods, fillRun } = require('./reference-store.cjs');
 const { typeError, codedError, opts: optsOf, optInt, describe, messageOf } = require('./util.cjs');
 
-const DEFAULT_LIVENESS_TTL_MS = require('./contract.cjs').defaults.livenessTtlMs;
+const { defaults, heldStatuses: HELD_STATUSES } = require('./contract.cjs');
+
+const DEFAULT_LIVENESS_TTL_MS = defaults.livenessTtlMs;
 const RECLAIMER_OPTIONS = ['heart', 'store', 'ttlMs', 'maxRetries', 'storeTimeoutMs'];
 const PASS_OPTIONS = ['maxReclaimsPerCycle', 'limit'];
 
@@ -62,7 +64,7 @@ function runsLeasedToDeadInstances(runs, deadIds) {
   if (!Array.isArray(runs) || !Array.isArray(deadIds)) throw typeError('runsLeasedToDeadInstances: arrays required');
   const dead = new Set(deadIds);
   return runs.filter(
-    (r) => r && r.lease_owner != null && dead.has(r.lease_owner) && (r.status === 'leased' || r.status === 'running'),
+    (r) => r && r.lease_owner != null && dead.has(r.lease_owner) && HELD_STATUSES.includes(r.status),
   );
 }
 

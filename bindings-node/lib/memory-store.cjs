@@ -23,7 +23,7 @@ const RUN_COLUMNS = Object.freeze({
   retries: 'int',
   fencing_epoch: 'int',
 });
-const HELD = { in: ['status', [{ type: 'text', value: 'leased' }, { type: 'text', value: 'running' }]] };
+const HELD = { in: ['status', require('./contract.cjs').heldStatuses.map((value) => ({ type: 'text', value }))] };
 const NEVER = { or: [] };
 
 function columnOf(what, name) {

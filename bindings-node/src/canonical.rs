@@ -182,3 +182,11 @@ pub fn canonicalize_value(env: &Env, value: Unknown<'_>) -> napi::Result<Canonic
         }
     }
 }
+
+/// What a send records as its evidence when its result cannot be stored as JSON (JSON
+/// text): `{"unstorable": {"type": kind, "reason": …}}`, the reason's first line cut to 200
+/// UTF-16 code units (the core's `ops::unstorable_evidence`).
+#[napi]
+pub fn unstorable_evidence(kind: String, reason: String) -> String {
+    bridge::unstorable_evidence_json(&kind, &reason)
+}

@@ -362,6 +362,20 @@ fn store_request(kind: &str, args: &str) -> PyResult<String> {
     bridge::store_request(kind, args).map_err(py_err)
 }
 
+/// The contract's constants (JSON; `bridge::contract_json` in the core): error codes, run
+/// statuses, channels, limits, operation names and defaults, for Python to take instead of
+/// copying.
+#[pyfunction]
+fn contract() -> String {
+    bridge::contract_json()
+}
+
+/// What a send records as its evidence when its result cannot be stored as JSON (JSON text).
+#[pyfunction]
+fn unstorable_evidence(kind: &str, reason: &str) -> String {
+    bridge::unstorable_evidence_json(kind, reason)
+}
+
 /// The statements (JSON list of `{sql, params}`) a store of `dialect` runs for a request.
 #[pyfunction]
 fn sql_render(request: &str, dialect: &str) -> PyResult<String> {
@@ -446,6 +460,8 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scenario_config, m)?)?;
     m.add_function(wrap_pyfunction!(native_replay, m)?)?;
     m.add_function(wrap_pyfunction!(store_request, m)?)?;
+    m.add_function(wrap_pyfunction!(contract, m)?)?;
+    m.add_function(wrap_pyfunction!(unstorable_evidence, m)?)?;
     m.add_function(wrap_pyfunction!(sql_render, m)?)?;
     m.add_function(wrap_pyfunction!(sql_decode, m)?)?;
     m.add_function(wrap_pyfunction!(sql_migration_plan, m)?)?;

@@ -388,3 +388,12 @@ async def test_the_wrong_reply_kind_through_the_async_api() -> None:
     with pytest.raises(hf.StoreProtocolError) as e:
         await heart.acquire_async("r1", "w", 60)
     assert "StoreAnswer {" not in str(e.value) and "Timestamp(" not in str(e.value)
+
+
+def test_the_unstorable_form_is_the_cores_first_line_cut_to_200_units_in_every_runtime() -> None:
+    from heart_fleet.outbox import unstorable_evidence
+
+    got = json.loads(unstorable_evidence("object", "😀" * 150 + "\r\nsecond line"))
+    assert got == {"unstorable": {"type": "object", "reason": "😀" * 100}}
+    # A lone surrogate (no UTF-8 form) becomes U+FFFD, as it does from JavaScript.
+    assert json.loads(unstorable_evidence("object", "a\ud800b"))["unstorable"]["reason"] == "a\ufffdb"

@@ -23,7 +23,10 @@ use crate::time::Timestamp;
 mod intent;
 pub(crate) mod lease;
 
-pub use intent::{LAST_ERROR_UNITS, LOG_REASON_UNITS, LogEntry, Transition, truncate_utf16};
+pub use intent::{
+    LAST_ERROR_UNITS, LOG_REASON_UNITS, LogEntry, MAX_EVIDENCE_DEPTH, Transition, UNSTORABLE_REASON_UNITS,
+    truncate_utf16, unstorable_evidence,
+};
 use intent::{commit_set, state_is};
 use lease::Reply;
 pub use lease::{acquire, release, renew, verify_fence};

@@ -140,17 +140,18 @@ def _check_durable(heart: object, ledger: object) -> HeartFleet:
     return heart
 
 
-#: How deep the evidence of a send may nest to be stored: it travels inside store requests and
-#: answers (a few levels of their own) that every store, in every runtime, parses with a
-#: recursion limit of 128 levels.
-MAX_EVIDENCE_DEPTH = 100
+#: How deep the evidence of a send may nest to be stored (the core's limit): it travels inside
+#: store requests and answers that every store, in every runtime, parses with a recursion limit.
+MAX_EVIDENCE_DEPTH: int = json.loads(_native.contract())["maxEvidenceDepth"]
 
 
 def unstorable_evidence(kind: str, reason: str) -> str:
     """What a send records as evidence when its result cannot be stored as JSON:
-    ``{"unstorable": {"type": ..., "reason": ...}}`` (the same form in every runtime)."""
-    first = reason.splitlines()[0] if reason else ""
-    return json.dumps({"unstorable": {"type": kind, "reason": first[:200]}}, separators=(",", ":"))
+    ``{"unstorable": {"type": ..., "reason": ...}}``, built by the core (the same form in every
+    runtime: the reason's first line, at most 200 UTF-16 code units)."""
+    # A lone surrogate has no UTF-8 form: it becomes U+FFFD, as it does from JavaScript.
+    clean = [t.encode("utf-16", "surrogatepass").decode("utf-16", "replace") for t in (kind, reason)]
+    return str(_native.unstorable_evidence(clean[0], clean[1]))
 
 
 def _type_name(v: Any) -> str:

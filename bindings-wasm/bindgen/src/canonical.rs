@@ -159,3 +159,11 @@ pub fn canonicalize_value(value: JsValue) -> Result<JsValue, JsValue> {
     }
     Ok(out.into())
 }
+
+/// What a send records as its evidence when its result cannot be stored as JSON (JSON
+/// text): `{"unstorable": {"type": kind, "reason": …}}`, the reason's first line cut to 200
+/// UTF-16 code units (the core's `ops::unstorable_evidence`).
+#[wasm_bindgen(js_name = unstorableEvidence)]
+pub fn unstorable_evidence(kind: JsValue, reason: JsValue) -> Result<String, JsValue> {
+    Ok(bridge::unstorable_evidence_json(&text("kind", &kind)?, &text("reason", &reason)?))
+}

@@ -121,8 +121,9 @@ pub fn instance_expired_ms(status: &str, last_heartbeat_ms: f64, now_ms: f64, tt
 
 /// The contract's constants, for hosts to take instead of copying (JSON): `errorCodes`,
 /// `runStatuses`, `nextStatuses` (what a release may leave a run in), `channels`,
-/// `maxTtlSeconds`, `digestPrefix`, `receiptSchemaVersion`, `maxJsonDepth`, `operations` (the names [`Call::parse`] takes) and `defaults` (what an
-/// option left out becomes).
+/// `heldStatuses` (the statuses of a held lease), `maxTtlSeconds`, `digestPrefix`,
+/// `receiptSchemaVersion`, `maxJsonDepth`, `maxEvidenceDepth`, `operations` (the names
+/// [`Call::parse`] takes) and `defaults` (what an option left out becomes).
 pub fn contract_json() -> String {
     use crate::ops;
     serde_json::json!({
@@ -130,10 +131,12 @@ pub fn contract_json() -> String {
         "runStatuses": crate::RunStatus::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
         "nextStatuses": ops::ReleaseTo::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
         "channels": crate::model::CHANNELS,
+        "heldStatuses": crate::RunStatus::ALL.iter().filter(|s| s.is_held()).map(|s| s.as_str()).collect::<Vec<_>>(),
         "maxTtlSeconds": ops::MAX_TTL_SECONDS,
         "digestPrefix": crate::canonical::DIGEST_PREFIX,
         "receiptSchemaVersion": crate::receipt::SCHEMA_VERSION,
         "maxJsonDepth": crate::canonical::MAX_JSON_DEPTH,
+        "maxEvidenceDepth": ops::MAX_EVIDENCE_DEPTH,
         "operations": Call::NAMES,
         "defaults": {
             "maxRetries": ops::DEFAULT_MAX_RETRIES,
@@ -145,6 +148,12 @@ pub fn contract_json() -> String {
         },
     })
     .to_string()
+}
+
+/// [`crate::ops::unstorable_evidence`] as JSON text: what a send records as its evidence
+/// when its result cannot be stored as JSON.
+pub fn unstorable_evidence_json(kind: &str, reason: &str) -> String {
+    crate::ops::unstorable_evidence(kind, reason).to_string()
 }
 
 /// The stable error codes of the registry, in order.

@@ -50,6 +50,24 @@ pub enum Transition {
     },
 }
 
+/// How deep the evidence of a send may nest to be stored everywhere: it travels inside store
+/// requests and answers (a few levels of their own) that every store, in every runtime,
+/// parses with a recursion limit of 128 levels. Deeper evidence is [`unstorable_evidence`].
+pub const MAX_EVIDENCE_DEPTH: usize = 100;
+/// How many UTF-16 code units of the reason an [`unstorable_evidence`] keeps.
+pub const UNSTORABLE_REASON_UNITS: usize = 200;
+
+/// What a send records as its evidence when the send's result cannot be stored as JSON (a
+/// NaN, a bigint, a circular object, nesting deeper than [`MAX_EVIDENCE_DEPTH`], a
+/// conversion that threw): `{"unstorable": {"type": kind, "reason": …}}`, never the value
+/// itself; the reason is its first line (up to a `\n` or `\r`), at most
+/// [`UNSTORABLE_REASON_UNITS`] code units. The send happened, so the intent is committed
+/// with this instead of being reported as bad input.
+pub fn unstorable_evidence(kind: &str, reason: &str) -> Value {
+    let first = reason.split(['\n', '\r']).next().unwrap_or_default();
+    json!({"unstorable": {"type": kind, "reason": truncate_utf16(first, UNSTORABLE_REASON_UNITS)}})
+}
+
 /// A dispatch-log entry of a transition: attempt, outcome, detail.
 pub type LogEntry = (i64, &'static str, Option<Value>);
 
@@ -190,6 +208,14 @@ mod tests {
             }
             other => panic!("not an update: {other:?}"),
         }
+    }
+
+    #[test]
+    fn unstorable_evidence_keeps_the_first_line_of_its_reason_cut_to_200_units() {
+        let e = unstorable_evidence("object", &format!("{}\r\nsecond line", "😀".repeat(150)));
+        assert_eq!(e["unstorable"]["type"], "object");
+        assert_eq!(e["unstorable"]["reason"], "😀".repeat(100));
+        assert_eq!(unstorable_evidence("number NaN", "")["unstorable"]["reason"], "");
     }
 
     #[test]
