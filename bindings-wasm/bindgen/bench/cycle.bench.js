@@ -6,10 +6,13 @@
 //
 // Stores: the memory store inside the wasm module (driven inside the module), an async JS
 // store object forwarding to it (every request through the JS async loop), and
-// DenoKvLeaseStore over an in-memory Deno KV and over a Deno KV file (SQLite on disk).
+// DenoKvLeaseStore over an in-memory Deno KV and over a Deno KV file (SQLite on disk). The
+// baseline of the group is the TypeScript reference's behaviour in pure JS over its async JS
+// memory store (bindings-node/bench/reference-js.mjs), so the summary's ratios are against it.
 
 import { HeartFleet, MemoryLeaseStore, DenoKvLeaseStore, canonicalize, digest } from '../pkg/heart_fleet.js';
 import { cycle } from '../../../bindings-node/bench/cycle.mjs';
+import { JsHeartFleet, JsMemoryLeaseStore } from '../../../bindings-node/bench/reference-js.mjs';
 
 const T0 = new Date('2026-07-30T00:00:00.000Z');
 const drop = () => {};
@@ -27,7 +30,13 @@ const [kvHeart, kvRun] = await setup(new DenoKvLeaseStore({ kv: await Deno.openK
 const file = await Deno.makeTempFile({ suffix: '.kv' });
 const [diskHeart, diskRun] = await setup(new DenoKvLeaseStore({ kv: await Deno.openKv(file) }));
 
-Deno.bench('cycle: wasm + MemoryLeaseStore (inside the module)', { group: 'cycle', baseline: true }, async () => {
+const referenceStore = new JsMemoryLeaseStore(T0);
+referenceStore.insert({ id: 'run-js', status: 'ready', lease_owner: null, lease_expires_at: null, retries: 0, idempotency_key: 'k' });
+const referenceHeart = new JsHeartFleet({ store: referenceStore, onReceipt: drop });
+Deno.bench('cycle: the TypeScript reference (pure JS, async JS memory store)', { group: 'cycle', baseline: true }, async () => {
+  await cycle(referenceHeart, 'run-js');
+});
+Deno.bench('cycle: wasm + MemoryLeaseStore (inside the module)', { group: 'cycle' }, async () => {
   await cycle(memHeart, memRun);
 });
 Deno.bench('cycle: wasm + async JS store object → memory store', { group: 'cycle' }, async () => {

@@ -1,37 +1,57 @@
 // The same cycle as cycle.bench.js, in Node: heart-fleet-wasm (this package) against the
-// napi-rs package (bindings-node, if built), both over their Rust memory store. A plain
-// timing loop (no benchmark dependency): 1 s warm-up, then the mean of 3 rounds of 2 s.
+// TypeScript reference's behaviour in pure JS over its async JS memory store
+// (bindings-node/bench/reference-js.mjs, the baseline of the ratio printed last) and the
+// napi-rs package (bindings-node, if built), each over its memory store, in one process,
+// rounds interleaved. A plain timing loop (no benchmark dependency): 1 s warm-up each, then
+// the mean of 3 rounds of 2 s.
 //
 //   node bench/node-cycle.mjs
 
 import * as wasm from '../pkg/heart_fleet.js';
 import { cycle } from '../../../bindings-node/bench/cycle.mjs';
+import { JsHeartFleet, JsMemoryLeaseStore } from '../../../bindings-node/bench/reference-js.mjs';
 
 const T0 = new Date('2026-07-30T00:00:00.000Z');
 
-async function measure(api) {
-  const heart = new api.HeartFleet({ store: new api.MemoryLeaseStore(T0), onReceipt: () => {} });
-  const { run } = await heart.ensureResourceRun('bench', 'cycle');
-  const loop = async (ms) => {
+/** A timing loop over `heart`'s cycle on `runId`: µs per cycle over `ms` milliseconds. */
+function looper(heart, runId) {
+  return async (ms) => {
     let n = 0;
     const t = performance.now();
     while (performance.now() - t < ms) {
-      for (let i = 0; i < 100; i += 1) await cycle(heart, run.id);
+      for (let i = 0; i < 100; i += 1) await cycle(heart, runId);
       n += 100;
     }
     return ((performance.now() - t) * 1000) / n;
   };
-  await loop(1000);
-  const rounds = [await loop(2000), await loop(2000), await loop(2000)];
-  return rounds.reduce((a, b) => a + b, 0) / rounds.length;
 }
 
-const rows = [['heart-fleet-wasm (wasm-bindgen) + MemoryLeaseStore', await measure(wasm)]];
+async function subject(api) {
+  const heart = new api.HeartFleet({ store: new api.MemoryLeaseStore(T0), onReceipt: () => {} });
+  const { run } = await heart.ensureResourceRun('bench', 'cycle');
+  return looper(heart, run.id);
+}
+
+const referenceStore = new JsMemoryLeaseStore(T0);
+referenceStore.insert({ id: 'run-js', status: 'ready', lease_owner: null, lease_expires_at: null, retries: 0, idempotency_key: 'k' });
+const subjects = [
+  ['the TypeScript reference (pure JS, async JS memory store)', looper(new JsHeartFleet({ store: referenceStore, onReceipt: () => {} }), 'run-js')],
+  ['heart-fleet-wasm (wasm-bindgen) + MemoryLeaseStore', await subject(wasm)],
+];
 try {
-  const napi = await import('../../../bindings-node/index.mjs');
-  rows.push(['heart-fleet (napi-rs) + MemoryLeaseStore', await measure(napi)]);
+  subjects.push(['heart-fleet (napi-rs) + MemoryLeaseStore', await subject(await import('../../../bindings-node/index.mjs'))]);
 } catch (e) {
   console.error(`napi package not loaded (${e.message}); build it with \`cd bindings-node && npm run build\``);
 }
+for (const [, loop] of subjects) await loop(1000);
+const rounds = subjects.map(() => []);
+for (let r = 0; r < 3; r += 1) {
+  for (const [i, [, loop]] of subjects.entries()) rounds[i].push(await loop(2000));
+}
+const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
 console.log(`Node ${process.version}`);
-for (const [name, us] of rows) console.log(`| ${name} | ${us.toFixed(2)} µs | ${Math.round(1e6 / us).toLocaleString('en-US')} |`);
+const reference = mean(rounds[0]);
+for (const [i, [name]] of subjects.entries()) {
+  const us = mean(rounds[i]);
+  console.log(`| ${name} | ${us.toFixed(2)} µs | ${Math.round(1e6 / us).toLocaleString('en-US')} | ${(reference / us).toFixed(2)}× the reference |`);
+}
