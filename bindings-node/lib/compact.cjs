@@ -8,20 +8,23 @@ const native = require('./native.cjs');
 
 const OPEN_BRACE = 123;
 
-/** A decoder for one record layout: `(values, at)` → the object of the fields from `at`; `nullValue` is the null marker. */
+/**
+ * A decoder for one record layout: `(values, at)` → the object of the fields from `at`;
+ * `nullValue` is the null marker. Every object starts as a copy of one template with the
+ * layout's keys in order, so all of them share one shape and no field is added later.
+ */
 function recordDecoder(layout, nullValue) {
   const names = layout.map(([name]) => name);
   const kinds = layout.map(([, kind]) => kind);
   const n = names.length;
+  const template = Object.fromEntries(names.map((name) => [name, null]));
   const decode = (values, at) => {
-    const out = {};
+    const out = { ...template };
     for (let k = 0; k < n; k++) {
       const v = values[at + k];
+      if (v === nullValue) continue;
       const kind = kinds[k];
-      if (v === nullValue) out[names[k]] = null;
-      else if (kind === 'n') out[names[k]] = Number(v);
-      else if (kind === 'j') out[names[k]] = v === '[]' ? [] : JSON.parse(v);
-      else out[names[k]] = v;
+      out[names[k]] = kind === 'n' ? Number(v) : kind === 'j' ? (v === '[]' ? [] : JSON.parse(v)) : v;
     }
     return out;
   };
