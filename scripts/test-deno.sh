@@ -60,7 +60,7 @@ step "deno test (pkg-edge): the same tests on the edge build"
 (cd "$pkg" && HEART_FLEET_PKG=pkg-edge "$deno" test -A --no-check --unstable-kv test/)
 
 step "deno test: the Node package's own test files, against this package (import map)"
-node_tests=(api bad-input properties supabase canonical-oracle dropin-seams dropin-outbox hardening)
+node_tests=(api bad-input properties supabase canonical-oracle canonical-walk dropin-seams dropin-outbox hardening)
 (cd "$pkg" && "$deno" test -A --no-check --unstable-kv --import-map=test/import-map.json \
   $(printf '../../bindings-node/test/%s.test.mjs ' "${node_tests[@]}"))
 

@@ -74,7 +74,13 @@ function plainText(value) {
  * reference's error. Deeper than MAX_JSON_DEPTH is an error before anything is read.
  */
 function walked(value, what = 'Canonical JSON Error') {
-  if (nesting(value) === 'deep') throw tooDeep(what);
+  let depth = null;
+  try {
+    depth = nesting(value);
+  } catch {
+    // A getter threw: the walk reads it again, in the reference's order, and raises it there.
+  }
+  if (depth === 'deep') throw tooDeep(what);
   const r = native.canonicalizeValue(value);
   if (r.error != null) throw r.typeError ? typeError(r.error) : codedError('invalid-input', r.error);
   return r;

@@ -50,6 +50,37 @@ export function referenceCanonicalize(value) {
   }
 }
 
+/**
+ * The reference's canonicalize (semantics §3.1) over any JS value, the JS-only cases
+ * included: an `undefined` array element is `null`, a function or symbol element throws,
+ * a hole renders empty (`[1,,3]`), object members that are `undefined`, functions or symbols
+ * are dropped, `toJSON` is not honoured. For tests of the values JSON text cannot carry.
+ */
+export function referenceCanonicalizeValue(value) {
+  if (value === null) return 'null';
+  switch (typeof value) {
+    case 'boolean':
+    case 'string':
+    case 'number':
+      return referenceCanonicalize(value);
+    case 'object':
+      if (Array.isArray(value)) {
+        return '[' + value.map((v) => (v === undefined ? 'null' : referenceCanonicalizeValue(v))).join(',') + ']';
+      }
+      return (
+        '{' +
+        Object.keys(value)
+          .sort()
+          .filter((k) => !['undefined', 'function', 'symbol'].includes(typeof value[k]))
+          .map((k) => JSON.stringify(k) + ':' + referenceCanonicalizeValue(value[k]))
+          .join(',') +
+        '}'
+      );
+    default:
+      throw new Error(`Canonical JSON Error: Unsupported value type ${typeof value}`);
+  }
+}
+
 export const sha256Hex = (s) => createHash('sha256').update(s, 'utf8').digest('hex');
 
 export const referenceDigest = (value) => DIGEST_PREFIX + sha256Hex(referenceCanonicalize(value));
