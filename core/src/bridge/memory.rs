@@ -245,6 +245,10 @@ fn intent_request(a: &Args<'_>) -> BridgeResult<StoreRequest> {
         "readLog" => return Ok(StoreRequest::ReadLog { run_id, effect_key }),
         "claimIntent" => {
             let (channel, payload_digest) = (a.text("channel")?, a.text("payloadDigest")?);
+            if !crate::model::CHANNELS.contains(&channel.as_str()) {
+                let known = crate::model::CHANNELS.join(", ");
+                return Err(a.bad(&format!("channel must be one of {known}, got {channel:?}")));
+            }
             let intent = crate::request::NewIntent { run_id, effect_key, channel, payload_digest };
             return Ok(StoreRequest::ClaimIntent(intent));
         }
@@ -450,6 +454,8 @@ mod store_request_tests {
         refused("markDispatched", json!({"runId": "r", "effectKey": "k", "fenceOwner": "w", "fenceExpiresAt": "soon"}));
         refused("staleIntents", json!({"limit": -1}));
         refused("staleIntents", json!({"limits": 5}));
+        let claim = json!({"runId": "r", "effectKey": "k", "channel": "carrier-pigeon", "payloadDigest": "d"});
+        assert!(refused("claimIntent", claim).contains("channel must be one of"));
         assert!(refused("update_intent", json!({"runId": "r", "effectKey": "k"})).contains("unknown store request"));
     }
 }
