@@ -222,7 +222,7 @@ async function executeWithLease(heart, options, work) {
   await serialized(async () => {
     if (!session.shouldRelease()) return;
     const newest = JSON.parse(session.fenceJson());
-    const to = ok ? (releaseToReady ? 'ready' : 'completed') : 'failed';
+    const to = native.releaseStatus(ok, Boolean(releaseToReady));
     try {
       released = (await heart.release(newest, to)) !== null;
     } catch {

@@ -79,3 +79,11 @@ impl NativeLeaseSession {
 pub fn heartbeat_interval(ttl_seconds: i64, renew_every_ms: Option<i64>) -> i64 {
     bridge::heartbeat_interval(ttl_seconds, renew_every_ms)
 }
+
+/// Where execute-with-lease leaves the run once the work is done: `completed` (`ready` with
+/// `releaseToReady`) when it succeeded, `failed` when it threw (the core's
+/// `session::release_status`).
+#[napi]
+pub fn release_status(work_succeeded: bool, release_to_ready: bool) -> &'static str {
+    bridge::release_status(work_succeeded, release_to_ready)
+}

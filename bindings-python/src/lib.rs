@@ -337,6 +337,13 @@ impl NativeLeaseSession {
     }
 }
 
+/// Where execute-with-lease leaves the run once the work is done: `completed` (`ready` with
+/// `release_to_ready`) when it succeeded, `failed` when it raised.
+#[pyfunction]
+fn release_status(work_succeeded: bool, release_to_ready: bool) -> &'static str {
+    bridge::release_status(work_succeeded, release_to_ready)
+}
+
 /// The heartbeat cadence: `renew_every_ms` or `max(1000, ttl_seconds * 1000 / 2)`.
 #[pyfunction]
 #[pyo3(signature = (ttl_seconds, renew_every_ms=None))]
@@ -457,6 +464,7 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeMemoryStore>()?;
     m.add_class::<NativeLeaseSession>()?;
     m.add_function(wrap_pyfunction!(heartbeat_interval, m)?)?;
+    m.add_function(wrap_pyfunction!(release_status, m)?)?;
     m.add_function(wrap_pyfunction!(scenario_config, m)?)?;
     m.add_function(wrap_pyfunction!(native_replay, m)?)?;
     m.add_function(wrap_pyfunction!(store_request, m)?)?;

@@ -11,7 +11,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorCode, HeartError};
 use crate::model::FencingToken;
-use crate::ops::{Fenced, LostCause, validate_ttl};
+use crate::ops::{Fenced, LostCause, ReleaseTo, validate_ttl};
+
+/// Where execute-with-lease leaves the run once the work is done: `completed` when it
+/// succeeded (`ready` with `release_to_ready`, for a resource run that repeats), `failed`
+/// when it threw.
+pub fn release_status(work_succeeded: bool, release_to_ready: bool) -> ReleaseTo {
+    match (work_succeeded, release_to_ready) {
+        (true, true) => ReleaseTo::Ready,
+        (true, false) => ReleaseTo::Completed,
+        (false, _) => ReleaseTo::Failed,
+    }
+}
 
 /// The reference's heartbeat cadence: `renewEveryMs ?? max(1000, floor(ttlSeconds*1000/2))`.
 pub fn heartbeat_interval_ms(ttl_seconds: i64, renew_every_ms: Option<i64>) -> i64 {
@@ -131,6 +142,14 @@ impl LeaseSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_work_decides_the_release_status() {
+        assert_eq!(release_status(true, false), ReleaseTo::Completed);
+        assert_eq!(release_status(true, true), ReleaseTo::Ready);
+        assert_eq!(release_status(false, true), ReleaseTo::Failed);
+        assert_eq!(release_status(false, false), ReleaseTo::Failed);
+    }
     use crate::time::Timestamp;
 
     #[test]

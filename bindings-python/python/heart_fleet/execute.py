@@ -375,7 +375,7 @@ class LeaseScope(Generic[T]):
         s.native.on_acquired(json.dumps(fence.to_dict(), separators=(",", ":")), started)
 
     def _release_to(self, ok: bool) -> str:
-        return ("ready" if self.release_to_ready else "completed") if ok else "failed"
+        return str(_native.release_status(ok, self.release_to_ready))
 
     @staticmethod
     def _newest(s: _Session) -> FencingToken | None:

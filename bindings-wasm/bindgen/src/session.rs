@@ -81,3 +81,14 @@ pub fn heartbeat_interval(ttl_seconds: JsValue, renew_every_ms: JsValue) -> Resu
     let ttl = int("ttlSeconds", &ttl_seconds)?;
     Ok(num(bridge::heartbeat_interval(ttl, opt_int("renewEveryMs", &renew_every_ms)?)))
 }
+
+/// Where execute-with-lease leaves the run once the work is done: `completed` (`ready` with
+/// `releaseToReady`) when it succeeded, `failed` when it threw (the core's
+/// `session::release_status`).
+#[wasm_bindgen(js_name = releaseStatus)]
+pub fn release_status(work_succeeded: JsValue, release_to_ready: JsValue) -> Result<String, JsValue> {
+    match (work_succeeded.as_bool(), release_to_ready.as_bool()) {
+        (Some(ok), Some(to_ready)) => Ok(bridge::release_status(ok, to_ready).to_owned()),
+        _ => Err(crate::invalid("releaseStatus: workSucceeded and releaseToReady must be booleans")),
+    }
+}

@@ -96,6 +96,12 @@ impl BridgeSession {
     }
 }
 
+/// The status execute-with-lease releases to (`completed`, `ready` or `failed`; see
+/// [`crate::session::release_status`]).
+pub fn release_status(work_succeeded: bool, release_to_ready: bool) -> &'static str {
+    crate::session::release_status(work_succeeded, release_to_ready).as_str()
+}
+
 /// The heartbeat period (ms) for a lease of `ttl_seconds`: `renew_every_ms` when given,
 /// else the reference's `max(1000, ttl*1000/2)`.
 pub fn heartbeat_interval(ttl_seconds: i64, renew_every_ms: Option<i64>) -> i64 {
