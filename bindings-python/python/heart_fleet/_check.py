@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypeVar
 
+from . import _native
 from .errors import HeartFleetError, InvalidInputError, InvalidTypeError
 from .types import FencingToken
 
@@ -16,26 +17,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 U32 = 2**32 - 1
 I53 = 2**53 - 1
-MAX_TTL_SECONDS = 31_536_000
-RUN_STATUSES = (
-    "created",
-    "ready",
-    "leased",
-    "running",
-    "waiting_approval",
-    "blocked",
-    "verifying",
-    "recovering",
-    "completed",
-    "failed",
-    "cancelled",
-    "quarantined",
-)
-NEXT_STATUSES = ("completed", "failed", "cancelled", "ready")
-CHANNELS = ("telegram", "farcaster", "mail", "onchain", "internal")
-#: The deepest nesting of lists and dicts the core takes in a JSON value (``MAX_JSON_DEPTH``
-#: in the core's canonical JSON: ``[[...]]`` 512 levels deep is accepted, 513 is not).
-MAX_JSON_DEPTH = 512
+#: The contract's constants, from the core (``bridge::contract_json``): the package keeps no copy.
+_CONTRACT: dict[str, Any] = json.loads(_native.contract())
+MAX_TTL_SECONDS: int = _CONTRACT["maxTtlSeconds"]
+RUN_STATUSES: tuple[str, ...] = tuple(_CONTRACT["runStatuses"])
+#: What a release may leave a run in.
+NEXT_STATUSES: tuple[str, ...] = tuple(_CONTRACT["nextStatuses"])
+CHANNELS: tuple[str, ...] = tuple(_CONTRACT["channels"])
+#: The deepest nesting of lists and dicts the core takes in a JSON value (``[[...]]`` 512
+#: levels deep is accepted, 513 is not).
+MAX_JSON_DEPTH: int = _CONTRACT["maxJsonDepth"]
 
 
 def describe(v: object) -> str:
