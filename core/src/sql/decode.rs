@@ -122,6 +122,34 @@ impl<'a> Cells<'a> {
         }
     }
 
+    /// The row before a write: `after` with the columns the write assigned as these cells
+    /// hold them (the PostgreSQL statement selects only those; every other column is the same
+    /// before and after the write).
+    fn before(&self, after: &RunRow, set: &[Assign<RunCol>]) -> Result<RunRow, HeartError> {
+        if self.is_null("id")? {
+            return Err(protocol("update_run: a hit without the row before it"));
+        }
+        let mut before = after.clone();
+        for (col, _) in set {
+            let name = col.name();
+            match col {
+                RunCol::Status => {
+                    let status = self.text(name)?;
+                    before.status =
+                        RunStatus::parse(&status).map_err(|_| protocol(format!("unknown run status {status:?}")))?;
+                }
+                RunCol::LeaseOwner => before.lease_owner = self.opt_text(name)?,
+                RunCol::LeaseExpiresAt => before.lease_expires_at = self.opt_time(name)?,
+                RunCol::Retries => before.retries = self.int(name)?,
+                RunCol::FencingEpoch => before.fencing_epoch = self.int(name)?,
+                RunCol::UpdatedAt => before.updated_at = self.time(name)?,
+                // Immutable: a write never assigns them, and the store refuses one that does.
+                RunCol::Id | RunCol::IdempotencyKey => {}
+            }
+        }
+        Ok(before)
+    }
+
     /// A run, or `None` when the row is the null side of an outer join.
     fn run(&self) -> Result<Option<RunRow>, HeartError> {
         if self.is_null("id")? {
@@ -267,17 +295,12 @@ pub(super) fn decode_pg(req: &StoreRequest, rows: &[SqlRow]) -> Result<StoreRepl
             StoreReply::Now
         }
         StoreRequest::ReadRun { .. } => StoreReply::Run { run: single("read_run")?.run()? },
-        StoreRequest::UpdateRun { want_before, .. } => {
+        StoreRequest::UpdateRun { want_before, set, .. } => {
             let row = exactly_one(rows, "update_run")?;
             let after = Cells::new(row, "").run()?;
-            let before = if *want_before && after.is_some() {
-                let before = Cells::new(row, "b_").run()?;
-                if before.is_none() {
-                    return Err(protocol("update_run: a hit without the row before it"));
-                }
-                before
-            } else {
-                None
+            let before = match &after {
+                Some(after) if *want_before => Some(Cells::new(row, "b_").before(after, set)?),
+                _ => None,
             };
             StoreReply::RunWrite { before, after }
         }

@@ -38,6 +38,14 @@ pub(super) fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
             // newest version (EvalPlanQual), which is the one `prev` returned, and which nobody
             // can change while we hold the lock. So the condition and the assignments see
             // exactly the row reported as `before`.
+            //
+            // Of that row only the id and the columns the write assigns are selected: every
+            // other column is the same before and after the write, and `decode_pg` takes it
+            // from the row after (fewer columns to format here and to decode there).
+            let assigned: Vec<(&str, Kind)> =
+                RUN_COLUMNS.iter().filter(|(name, _)| set.iter().any(|(c, _)| c.name() == *name)).copied().collect();
+            let mut before = vec!["prev.id::text AS b_id".to_owned()];
+            before.extend(assigned.iter().map(|col| select_list(d, std::slice::from_ref(col), "prev", "b_")));
             let id = b.uuid_eq("agent_runs.id", run_id);
             let set = set_list(&mut b, set)?;
             let when = cond(&mut b, when)?;
@@ -46,7 +54,7 @@ pub(super) fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
                  upd AS (UPDATE agent_runs SET {set} FROM clk, prev WHERE agent_runs.id = prev.id AND {when} \
                  RETURNING agent_runs.*) \
                  SELECT {now}, {}, {} FROM clk LEFT JOIN prev ON TRUE LEFT JOIN upd ON TRUE",
-                runs("prev", "b_"),
+                before.join(", "),
                 runs("upd", "")
             )
         }

@@ -483,6 +483,26 @@ fn decodes_a_postgres_write_hit_and_miss() {
 }
 
 #[test]
+fn a_postgres_acquire_selects_only_the_assigned_columns_of_the_row_before() {
+    let s = render(&acquire(), Dialect::Postgres).unwrap().remove(0);
+    let before: Vec<&str> = s.sql.split(" AS b_").skip(1).map(|rest| rest.split([',', ' ']).next().unwrap()).collect();
+    let StoreRequest::UpdateRun { set, .. } = acquire() else { panic!() };
+    let mut expected = vec!["id"];
+    expected.extend(RUN_COLUMNS.iter().map(|(n, _)| *n).filter(|n| set.iter().any(|(c, _)| c.name() == *n)));
+    assert_eq!(before, expected);
+    // The decoder takes the rest from the row after: only the assigned columns differ.
+    let mut hit = vec![("now".to_owned(), text("2026-07-30T00:00:01.000Z"))];
+    let assigned: Vec<(String, SqlValue)> =
+        run_row("b_", "ready", 2).into_iter().filter(|(n, _)| before.contains(&&n[2..])).collect();
+    hit.extend(assigned);
+    hit.extend(run_row("", "leased", 3));
+    let answer = decode(&acquire(), Dialect::Postgres, vec![vec![hit]]).unwrap();
+    let StoreReply::RunWrite { before: Some(b), after: Some(a) } = answer.reply else { panic!() };
+    assert_eq!((b.status, b.fencing_epoch, a.status, a.fencing_epoch), (RunStatus::Ready, 2, RunStatus::Leased, 3));
+    assert_eq!((b.created_at, &b.budget, &b.objective), (a.created_at, &a.budget, &a.objective));
+}
+
+#[test]
 fn decodes_sqlite_row_sets() {
     let clock: Vec<Vec<SqlRow>> = vec![vec![vec![("now".to_owned(), text("2026-07-30T00:00:01.000Z"))]]];
     let mut sets = clock.clone();
