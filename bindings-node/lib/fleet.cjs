@@ -296,7 +296,7 @@ const REGISTER_OPTIONS = ['hostname', 'pid', 'metadata'];
 const ENSURE_OPTIONS = ['objective', 'createdBy'];
 const LIST_RUNS_OPTIONS = ['status', 'limit'];
 /** The longest wait for one store answer, by default (ms). */
-const DEFAULT_STORE_TIMEOUT_MS = 30_000;
+const DEFAULT_STORE_TIMEOUT_MS = require('./contract.cjs').defaults.storeTimeoutMs;
 /** How many times a LeaseStore-methods store's write is decided, by default, when the row keeps changing. */
 const DEFAULT_CAS_RETRIES = 5;
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -532,17 +532,6 @@ function ensureResourceRun(heart, kind, key, options) {
   return heart.ensureResourceRun(kind, key, options);
 }
 
-/**
- * Runs one raw store request (JSON text from the core) on a store: the memory store in
- * Rust, or a JS store object's `execute`.
- */
-async function runRequest(store, requestText) {
-  if (store instanceof MemoryLeaseStore) return store.execute(requestText);
-  let ans = store.execute(JSON.parse(requestText));
-  if (isThenable(ans)) ans = await ans;
-  return typeof ans === 'string' ? JSON.parse(ans) : ans;
-}
-
 module.exports = {
   HeartFleet,
   ensureResourceRun,
@@ -550,7 +539,6 @@ module.exports = {
   driveStep,
   storeCall,
   bounded,
-  runRequest,
   checkStore,
   storeKind,
   leaseStoreGap,

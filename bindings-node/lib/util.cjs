@@ -67,14 +67,6 @@ function str(name, v) {
   return v;
 }
 
-/** A well-formed string (may be empty) or undefined/null. */
-function optStr(name, v) {
-  if (v === undefined || v === null) return null;
-  if (typeof v !== 'string') throw typeError(`${name} must be a string, got ${describe(v)}`);
-  if (!wellFormed(v)) throw illFormed(name);
-  return v;
-}
-
 /** An integer number in [min, max]. */
 function int(name, v, min, max) {
   if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
@@ -170,11 +162,6 @@ function jsonOf(what, v) {
   }
 }
 
-function fn(name, v) {
-  if (typeof v !== 'function') throw typeError(`${name} must be a function, got ${describe(v)}`);
-  return v;
-}
-
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 
 /** An instant as `toISOString()` text: a Date, ISO text, or milliseconds since the epoch. */
@@ -264,7 +251,6 @@ module.exports = {
   rethrowNative,
   describe,
   str,
-  optStr,
   wellFormed,
   int,
   optInt,
@@ -275,7 +261,6 @@ module.exports = {
   tooDeep,
   firstLine,
   jsonOf,
-  fn,
   isoOf,
   msOf,
   fence,

@@ -45,6 +45,9 @@ pub const DEFAULT_LIVENESS_LIMIT: u32 = 200;
 pub const DEFAULT_RECONCILE_MAX_ATTEMPTS: i64 = 5;
 /// Default reconcile batch.
 pub const DEFAULT_RECONCILE_LIMIT: u32 = 50;
+/// How long a host waits for its user's store to answer one request before the operation
+/// fails with `store-unavailable` (the bindings' `storeTimeoutMs` / `store_timeout`).
+pub const DEFAULT_STORE_TIMEOUT_MS: i64 = 30_000;
 /// Prefix of resource-run idempotency keys.
 pub const RESOURCE_PREFIX: &str = "heart:resource:";
 

@@ -18,15 +18,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 U32 = 2**32 - 1
 I53 = 2**53 - 1
 #: The contract's constants, from the core (``bridge::contract_json``): the package keeps no copy.
-_CONTRACT: dict[str, Any] = json.loads(_native.contract())
-MAX_TTL_SECONDS: int = _CONTRACT["maxTtlSeconds"]
-RUN_STATUSES: tuple[str, ...] = tuple(_CONTRACT["runStatuses"])
+CONTRACT: dict[str, Any] = json.loads(_native.contract())
+MAX_TTL_SECONDS: int = CONTRACT["maxTtlSeconds"]
+#: What an option left out becomes (the core's ``ops::DEFAULT_*``).
+DEFAULT_MAX_RETRIES: int = CONTRACT["defaults"]["maxRetries"]
+DEFAULT_SWEEP_LIMIT: int = CONTRACT["defaults"]["sweepLimit"]
+DEFAULT_LIVENESS_TTL_MS: int = CONTRACT["defaults"]["livenessTtlMs"]
+DEFAULT_LIVENESS_LIMIT: int = CONTRACT["defaults"]["livenessLimit"]
+DEFAULT_RECONCILE_MAX_ATTEMPTS: int = CONTRACT["defaults"]["reconcileMaxAttempts"]
+DEFAULT_RECONCILE_LIMIT: int = CONTRACT["defaults"]["reconcileLimit"]
+DEFAULT_STORE_TIMEOUT_MS: int = CONTRACT["defaults"]["storeTimeoutMs"]
+RUN_STATUSES: tuple[str, ...] = tuple(CONTRACT["runStatuses"])
 #: What a release may leave a run in.
-NEXT_STATUSES: tuple[str, ...] = tuple(_CONTRACT["nextStatuses"])
-CHANNELS: tuple[str, ...] = tuple(_CONTRACT["channels"])
+NEXT_STATUSES: tuple[str, ...] = tuple(CONTRACT["nextStatuses"])
+CHANNELS: tuple[str, ...] = tuple(CONTRACT["channels"])
 #: The deepest nesting of lists and dicts the core takes in a JSON value (``[[...]]`` 512
 #: levels deep is accepted, 513 is not).
-MAX_JSON_DEPTH: int = _CONTRACT["maxJsonDepth"]
+MAX_JSON_DEPTH: int = CONTRACT["maxJsonDepth"]
 
 
 def describe(v: object) -> str:

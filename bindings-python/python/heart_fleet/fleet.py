@@ -31,6 +31,10 @@ __all__ = ["HeartFleet", "ensure_resource_run", "ensure_resource_run_async", "ch
 #: (kind, args JSON text, post-processing of the final value)
 Plan = tuple[str, str, Callable[[Any], Any]]
 
+#: How long (seconds) an ``*_async`` operation waits for one answer of an asyncio store: the
+#: core's default (``defaults.storeTimeoutMs`` of its contract).
+DEFAULT_STORE_TIMEOUT: float = _check.DEFAULT_STORE_TIMEOUT_MS / 1000
+
 _INVALID_ACQUIRE = AcquireResult(acquired=False, run=None, reason="Invalid input", code="invalid-input")
 
 
@@ -107,8 +111,8 @@ class HeartFleet:
         store: Any,
         *,
         on_receipt: Callable[[HeartReceipt], Any] | None = None,
-        max_retries: int | None = 5,
-        store_timeout: float = 30.0,
+        max_retries: int | None = _check.DEFAULT_MAX_RETRIES,
+        store_timeout: float = DEFAULT_STORE_TIMEOUT,
     ) -> None:
         check_store(store)
         if isinstance(store_timeout, bool) or not isinstance(store_timeout, (int, float)) or not 0 < store_timeout <= 86_400:
@@ -272,11 +276,11 @@ class HeartFleet:
     def _reclaim(limit: object) -> Plan:
         return ("reclaimExpired", _args(limit=_check.integer("limit", limit, 0, _check.U32)), ReclaimResult.from_json)
 
-    def reclaim_expired(self, limit: int = 100) -> ReclaimResult:
+    def reclaim_expired(self, limit: int = _check.DEFAULT_SWEEP_LIMIT) -> ReclaimResult:
         """The sweeper: expired leases back to ``ready`` (``quarantined`` at the retry ceiling)."""
         return self._run(self._reclaim(limit))  # type: ignore[no-any-return]
 
-    async def reclaim_expired_async(self, limit: int = 100) -> ReclaimResult:
+    async def reclaim_expired_async(self, limit: int = _check.DEFAULT_SWEEP_LIMIT) -> ReclaimResult:
         """:meth:`reclaim_expired`, awaiting the store."""
         return await self._run_async(self._reclaim(limit))  # type: ignore[no-any-return]
 
@@ -291,13 +295,13 @@ class HeartFleet:
             LivenessResult.from_json,
         )
 
-    def reclaim_dead_instance_runs(self, ttl_ms: int = 90_000, max_reclaims_per_cycle: int = 200) -> LivenessResult:
+    def reclaim_dead_instance_runs(self, ttl_ms: int = _check.DEFAULT_LIVENESS_TTL_MS, max_reclaims_per_cycle: int = _check.DEFAULT_LIVENESS_LIMIT) -> LivenessResult:
         """The liveness pass: instances silent for more than ``ttl_ms`` are declared dead and
         the runs they hold are recovered (retry ceiling, receipts and counters included)."""
         return self._run(self._liveness(ttl_ms, max_reclaims_per_cycle))  # type: ignore[no-any-return]
 
     async def reclaim_dead_instance_runs_async(
-        self, ttl_ms: int = 90_000, max_reclaims_per_cycle: int = 200
+        self, ttl_ms: int = _check.DEFAULT_LIVENESS_TTL_MS, max_reclaims_per_cycle: int = _check.DEFAULT_LIVENESS_LIMIT
     ) -> LivenessResult:
         """:meth:`reclaim_dead_instance_runs`, awaiting the store."""
         return await self._run_async(self._liveness(ttl_ms, max_reclaims_per_cycle))  # type: ignore[no-any-return]

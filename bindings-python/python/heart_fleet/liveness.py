@@ -22,7 +22,7 @@ __all__ = [
     "runs_leased_to_dead_instances",
 ]
 
-DEFAULT_LIVENESS_TTL_MS = 90_000
+DEFAULT_LIVENESS_TTL_MS = _check.DEFAULT_LIVENESS_TTL_MS
 
 Instant = datetime | str | int
 Row = TypeVar("Row", RunRow, Mapping[str, Any])
@@ -95,11 +95,11 @@ class LivenessReclaimer:
         self.heart = heart
         self.ttl_ms = _check.integer("ttl_ms", ttl_ms, 0, _check.I53)
 
-    def reclaim_dead_instance_runs(self, max_reclaims_per_cycle: int = 200) -> LivenessResult:
+    def reclaim_dead_instance_runs(self, max_reclaims_per_cycle: int = _check.DEFAULT_LIVENESS_LIMIT) -> LivenessResult:
         """One liveness pass."""
         return self.heart.reclaim_dead_instance_runs(self.ttl_ms, max_reclaims_per_cycle)
 
-    async def reclaim_dead_instance_runs_async(self, max_reclaims_per_cycle: int = 200) -> LivenessResult:
+    async def reclaim_dead_instance_runs_async(self, max_reclaims_per_cycle: int = _check.DEFAULT_LIVENESS_LIMIT) -> LivenessResult:
         """:meth:`reclaim_dead_instance_runs`, awaiting the store."""
         return await self.heart.reclaim_dead_instance_runs_async(self.ttl_ms, max_reclaims_per_cycle)
 

@@ -106,12 +106,12 @@ class DurableEffectLedger:
             raise StoreUnavailableError(f"store failed at {kind}: {_driver.message_of(e)}") from e
         return self._reply(kind, answer, want)
 
-    def find_stale_dispatched(self, limit: int = 50) -> list[IntentRow]:
+    def find_stale_dispatched(self, limit: int = _check.DEFAULT_RECONCILE_LIMIT) -> list[IntentRow]:
         """Dispatched intents whose fence expired by the store's clock, oldest first."""
         r = self._run("staleIntents", {"limit": _check.integer("limit", limit, 0, _check.U32)}, "intents")
         return [IntentRow.from_json(i) for i in r["intents"]]
 
-    async def find_stale_dispatched_async(self, limit: int = 50) -> list[IntentRow]:
+    async def find_stale_dispatched_async(self, limit: int = _check.DEFAULT_RECONCILE_LIMIT) -> list[IntentRow]:
         """:meth:`find_stale_dispatched`, awaiting the store."""
         r = await self._run_async("staleIntents", {"limit": _check.integer("limit", limit, 0, _check.U32)}, "intents")
         return [IntentRow.from_json(i) for i in r["intents"]]
@@ -363,8 +363,8 @@ def reconcile_outbox(
     ledger: DurableEffectLedger,
     probes: Mapping[str, Callable[[IntentRow], Any]],
     *,
-    max_attempts: int = 5,
-    limit: int = 50,
+    max_attempts: int = _check.DEFAULT_RECONCILE_MAX_ATTEMPTS,
+    limit: int = _check.DEFAULT_RECONCILE_LIMIT,
 ) -> ReconcileResult:
     """For each dispatched intent whose fence expired, asks ``probes[channel](intent)``:
     ``{"status": "sent", "external_ref": ...}`` commits the evidence, ``"not-sent"`` reopens
@@ -381,8 +381,8 @@ async def reconcile_outbox_async(
     ledger: DurableEffectLedger,
     probes: Mapping[str, Callable[[IntentRow], Any]],
     *,
-    max_attempts: int = 5,
-    limit: int = 50,
+    max_attempts: int = _check.DEFAULT_RECONCILE_MAX_ATTEMPTS,
+    limit: int = _check.DEFAULT_RECONCILE_LIMIT,
 ) -> ReconcileResult:
     """:func:`reconcile_outbox`, awaiting the store and the probes."""
     heart, args, host = _reconcile_plan(ledger, probes, max_attempts, limit)

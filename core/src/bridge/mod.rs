@@ -145,6 +145,7 @@ pub fn contract_json() -> String {
             "livenessLimit": ops::DEFAULT_LIVENESS_LIMIT,
             "reconcileMaxAttempts": ops::DEFAULT_RECONCILE_MAX_ATTEMPTS,
             "reconcileLimit": ops::DEFAULT_RECONCILE_LIMIT,
+            "storeTimeoutMs": ops::DEFAULT_STORE_TIMEOUT_MS,
         },
     })
     .to_string()
