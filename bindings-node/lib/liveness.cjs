@@ -47,10 +47,10 @@ function canAcquire(run, now) {
 /** `isInstanceExpired(instance, now, ttlMs = 90000)`: dead, or silent for strictly more than ttlMs. */
 function isInstanceExpired(instance, now, ttlMs = DEFAULT_LIVENESS_TTL_MS) {
   if (instance === null || typeof instance !== 'object') throw typeError('isInstanceExpired: instance must be an object');
-  if (typeof ttlMs !== 'number') throw typeError(`isInstanceExpired: ttlMs must be a number, got ${describe(ttlMs)}`);
   const status = typeof instance.status === 'string' ? instance.status : '';
   if (native.instanceExpiredMs(status, 0, 0, 0)) return true; // dead, whatever its clock says
-  return native.instanceExpiredMs(status, timeOf('last_heartbeat', instance.last_heartbeat), timeOf('now', now), ttlMs);
+  // Number(): the comparison the reference makes (`now - last > ttlMs`) converts ttlMs so.
+  return native.instanceExpiredMs(status, timeOf('last_heartbeat', instance.last_heartbeat), timeOf('now', now), Number(ttlMs));
 }
 
 /** The ids of expired instances, in input order. */
