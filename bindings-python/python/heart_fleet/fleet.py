@@ -394,11 +394,11 @@ class HeartFleet:
         st = None if status is None else _check.status("status", status, _check.RUN_STATUSES)
         return ("listRuns", _args(status=st, limit=_check.integer("limit", limit, 0, _check.U32)), _runs)
 
-    def list_runs(self, status: str | None = None, limit: int = 100) -> list[RunRow]:
+    def list_runs(self, status: str | None = None, limit: int = _check.DEFAULT_SWEEP_LIMIT) -> list[RunRow]:
         """Operator: runs, optionally of one status, most recently updated first."""
         return self._run(self._list_runs(status, limit))  # type: ignore[no-any-return]
 
-    async def list_runs_async(self, status: str | None = None, limit: int = 100) -> list[RunRow]:
+    async def list_runs_async(self, status: str | None = None, limit: int = _check.DEFAULT_SWEEP_LIMIT) -> list[RunRow]:
         """:meth:`list_runs`, awaiting the store."""
         return await self._run_async(self._list_runs(status, limit))  # type: ignore[no-any-return]
 
