@@ -15,7 +15,7 @@
 const native = require('./native.cjs');
 const { typeError, codedError, rethrowNative, isThenable, nesting, tooDeep, messageOf, wellFormed, MAX_JSON_DEPTH } = require('./util.cjs');
 
-const { digestPrefix: DIGEST_PREFIX } = require('./contract.cjs');
+const { digestPrefix: DIGEST_PREFIX, maxEvidenceDepth: MAX_EVIDENCE_DEPTH } = require('./contract.cjs');
 
 function isBoxed(o) {
   return o instanceof Number || o instanceof String || o instanceof Boolean || o instanceof BigInt || o instanceof Symbol;
@@ -186,9 +186,6 @@ function toCoreJson(value, what) {
   if (!r.isJson) throw typeError(`${what} cannot be stored as JSON (a sparse array)`);
   return r.text;
 }
-
-/** How deep the evidence of a send may nest to be stored everywhere (the core's limit). */
-const MAX_EVIDENCE_DEPTH = require('./contract.cjs').maxEvidenceDepth;
 
 function typeName(v) {
   if (v === null) return 'null';

@@ -296,7 +296,7 @@ const REGISTER_OPTIONS = ['hostname', 'pid', 'metadata'];
 const ENSURE_OPTIONS = ['objective', 'createdBy'];
 const LIST_RUNS_OPTIONS = ['status', 'limit'];
 /** The longest wait for one store answer, by default (ms). */
-const DEFAULT_STORE_TIMEOUT_MS = require('./contract.cjs').defaults.storeTimeoutMs;
+const DEFAULT_STORE_TIMEOUT_MS = contract.defaults.storeTimeoutMs;
 /** How many times a LeaseStore-methods store's write is decided, by default, when the row keeps changing. */
 const DEFAULT_CAS_RETRIES = 5;
 const MAX_TIMER_MS = 2 ** 31 - 1;

@@ -5,7 +5,8 @@
 //! napi wrappers over [`heart_fleet_core::bridge`].
 
 use heart_fleet_core::bridge;
-use heart_fleet_core::canonical::host::{HostError, HostKind, HostStr, HostValue, canonicalize_host};
+use heart_fleet_core::canonical::JsText;
+use heart_fleet_core::canonical::host::{HostError, HostKind, HostValue, canonicalize_host};
 use napi::bindgen_prelude::{JsObjectValue, KeyCollectionMode, KeyConversion, KeyFilter, Object};
 use napi::{Env, JsString, JsValue, Unknown, ValueType};
 use napi_derive::napi;
@@ -87,10 +88,10 @@ impl<'e> JsHostValue<'e> {
 }
 
 /// A JavaScript string's code units (napi-rs's buffer ends with a NUL terminator, dropped).
-fn utf16(s: JsString<'_>) -> napi::Result<HostStr> {
+fn utf16(s: JsString<'_>) -> napi::Result<JsText<'static>> {
     let units = s.into_utf16()?;
     let text = units.as_slice().split_last().map_or(&[][..], |(_, text)| text);
-    Ok(HostStr::from_units(text.to_vec()))
+    Ok(JsText::from_units(text.to_vec()))
 }
 
 impl<'e> HostValue for JsHostValue<'e> {
@@ -112,7 +113,7 @@ impl<'e> HostValue for JsHostValue<'e> {
         })
     }
 
-    fn text(&self) -> napi::Result<HostStr> {
+    fn text(&self) -> napi::Result<JsText<'static>> {
         utf16(self.value.coerce_to_string()?)
     }
 
@@ -128,7 +129,7 @@ impl<'e> HostValue for JsHostValue<'e> {
         Ok(Some(self.wrap(array.get_element::<Unknown>(index)?)))
     }
 
-    fn keys(&self) -> napi::Result<Vec<(HostStr, Unknown<'e>)>> {
+    fn keys(&self) -> napi::Result<Vec<(JsText<'static>, Unknown<'e>)>> {
         // `Object.keys`: own, enumerable, string-keyed (symbols dropped below).
         let names = self.object()?.get_all_property_names(
             KeyCollectionMode::OwnOnly,

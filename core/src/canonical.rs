@@ -806,33 +806,48 @@ pub fn effect_key(prefix: &str, identity: &Value) -> String {
 // JSON text (JSON.parse semantics)
 // ---------------------------------------------------------------------------------------------
 
-/// A parsed JSON string: UTF-8 text (borrowed when it had no escapes), or UTF-16 code units when
-/// it contains a lone surrogate that UTF-8 cannot hold.
-#[derive(Debug)]
-enum JStr<'a> {
+/// A JavaScript string as canonical JSON reads it: UTF-8 text (borrowed from the input when a
+/// parsed string had no escapes), or UTF-16 code units when it contains a lone surrogate
+/// that UTF-8 cannot hold (written back as a `\udxxx` escape, as `JSON.stringify` writes
+/// it). The parser's strings and a host's own strings ([`host::HostValue`]) alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JsText<'a> {
+    /// Well-formed text.
     Text(Cow<'a, str>),
+    /// UTF-16 code units with at least one lone surrogate.
     Units(Vec<u16>),
 }
 
-impl JStr<'_> {
+impl JsText<'static> {
+    /// The string of these UTF-16 code units.
+    pub fn from_units(units: Vec<u16>) -> JsText<'static> {
+        match String::from_utf16(&units) {
+            Ok(text) => JsText::Text(Cow::Owned(text)),
+            Err(_) => JsText::Units(units),
+        }
+    }
+}
+
+impl JsText<'_> {
     fn to_units(&self) -> Cow<'_, [u16]> {
         match self {
-            JStr::Text(s) => Cow::Owned(s.encode_utf16().collect()),
-            JStr::Units(u) => Cow::Borrowed(u),
+            JsText::Text(s) => Cow::Owned(s.encode_utf16().collect()),
+            JsText::Units(u) => Cow::Borrowed(u),
         }
     }
 
-    fn cmp_utf16(&self, other: &JStr<'_>) -> Ordering {
+    /// JavaScript's default `sort()` order: by UTF-16 code units.
+    fn cmp_utf16(&self, other: &JsText<'_>) -> Ordering {
         match (self, other) {
-            (JStr::Text(a), JStr::Text(b)) => cmp_utf16(a, b),
+            (JsText::Text(a), JsText::Text(b)) => cmp_utf16(a, b),
             _ => self.to_units().cmp(&other.to_units()),
         }
     }
 
     fn write<S: Sink>(&self, out: &mut S) {
         match self {
-            JStr::Text(s) => write_str(s, out),
-            JStr::Units(u) => write_units(u, out),
+            JsText::Text(s) => write_str(s, out),
+            JsText::Units(u) => write_units(u, out),
         }
     }
 }
@@ -843,9 +858,9 @@ enum JNode<'a> {
     Null,
     Bool(bool),
     Num(f64),
-    Str(JStr<'a>),
+    Str(JsText<'a>),
     Arr(Vec<JNode<'a>>),
-    Obj(Vec<(JStr<'a>, JNode<'a>)>),
+    Obj(Vec<(JsText<'a>, JNode<'a>)>),
 }
 
 fn write_node<S: Sink>(node: &JNode<'_>, out: &mut S) -> Result<(), CanonicalError> {
@@ -919,10 +934,10 @@ impl StrBuilder {
         units.push(unit);
     }
 
-    fn finish<'a>(self) -> JStr<'a> {
+    fn finish<'a>(self) -> JsText<'a> {
         match self.units {
-            Some(units) => JStr::Units(units),
-            None => JStr::Text(Cow::Owned(self.text)),
+            Some(units) => JsText::Units(units),
+            None => JsText::Text(Cow::Owned(self.text)),
         }
     }
 }
@@ -1033,7 +1048,7 @@ impl<'a> Parser<'a> {
     fn parse_object(&mut self) -> Result<JNode<'a>, CanonicalError> {
         self.enter()?;
         self.pos += 1; // '{'
-        let mut members: Vec<(JStr<'a>, JNode<'a>)> = Vec::new();
+        let mut members: Vec<(JsText<'a>, JNode<'a>)> = Vec::new();
         self.skip_ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
@@ -1069,7 +1084,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Parses a string starting at its opening quote.
-    fn parse_string(&mut self) -> Result<JStr<'a>, CanonicalError> {
+    fn parse_string(&mut self) -> Result<JsText<'a>, CanonicalError> {
         self.pos += 1; // opening '"'
         let start = self.pos;
         // Fast path: no escapes, borrow from the input.
@@ -1079,7 +1094,7 @@ impl<'a> Parser<'a> {
                 Some(b'"') => {
                     let text = self.src.get(start..self.pos).unwrap_or_default();
                     self.pos += 1;
-                    return Ok(JStr::Text(Cow::Borrowed(text)));
+                    return Ok(JsText::Text(Cow::Borrowed(text)));
                 }
                 Some(b'\\') => break,
                 Some(0x00..=0x1f) => {
@@ -1229,13 +1244,13 @@ fn hex4(digits: &[u8]) -> Option<u16> {
 
 /// Sorts object members by UTF-16 key order and keeps the **last** of duplicated keys
 /// (`JSON.parse` overwrites earlier values).
-fn sort_members<'a>(mut members: Vec<(JStr<'a>, JNode<'a>)>) -> Vec<(JStr<'a>, JNode<'a>)> {
+fn sort_members<'a>(mut members: Vec<(JsText<'a>, JNode<'a>)>) -> Vec<(JsText<'a>, JNode<'a>)> {
     if members.windows(2).all(|w| matches!(w, [a, b] if a.0.cmp_utf16(&b.0) == Ordering::Less)) {
         return members;
     }
     // Stable: duplicates stay in input order, so the last one of each run wins.
     members.sort_by(|a, b| a.0.cmp_utf16(&b.0));
-    let mut out: Vec<(JStr<'a>, JNode<'a>)> = Vec::with_capacity(members.len());
+    let mut out: Vec<(JsText<'a>, JNode<'a>)> = Vec::with_capacity(members.len());
     for member in members {
         if let Some(last) = out.last_mut()
             && last.0.cmp_utf16(&member.0) == Ordering::Equal

@@ -23,6 +23,7 @@ use crate::time::Timestamp;
 mod intent;
 pub(crate) mod lease;
 
+pub(crate) use intent::stale_dispatched;
 pub use intent::{
     LAST_ERROR_UNITS, LOG_REASON_UNITS, LogEntry, MAX_EVIDENCE_DEPTH, Transition, UNSTORABLE_REASON_UNITS,
     truncate_utf16, unstorable_evidence,
@@ -528,18 +529,9 @@ async fn update_intent(
     row: &IntentRow,
     when: Cond<IntentCol>,
     set: Vec<Assign<IntentCol>>,
-    log: Option<(i64, &str, Option<Value>)>,
+    log: Option<LogEntry>,
 ) -> Result<(Timestamp, Option<IntentRow>), HeartError> {
-    let log = log.map(|(attempt, outcome, detail)| crate::model::DispatchLogEntry {
-        run_id: row.run_id.clone(),
-        effect_key: row.effect_key.clone(),
-        attempt,
-        outcome: outcome.to_owned(),
-        at: None,
-        detail,
-    });
-    let req =
-        StoreRequest::UpdateIntent { run_id: row.run_id.clone(), effect_key: row.effect_key.clone(), when, set, log };
+    let req = intent::update_request(&row.run_id, &row.effect_key, when, set, log);
     let a = io.store(step, req).await?;
     match a.reply {
         StoreReply::Intent { intent } => Ok((a.now, intent)),
@@ -675,7 +667,7 @@ pub fn abandon_reason(channel: &str, max_attempts: i64) -> String {
 /// past the ceiling. Fix 6: only writes that hit are counted and logged.
 pub fn reconcile_outbox(max_attempts: i64, limit: u32) -> Machine<ReconcileSummary> {
     Machine::new(move |io| async move {
-        let when = Cond::And(vec![state_is(IntentState::Dispatched), Cond::ExpiredAt(IntentCol::FenceExpiresAt)]);
+        let when = intent::stale_dispatched();
         let a = io.store("reconcile: scan", StoreRequest::ScanIntents { when, limit }).await?;
         let rows = match a.reply {
             StoreReply::Intents { intents } => intents,

@@ -113,6 +113,18 @@ impl<C: Copy> Expr<C> {
 }
 
 impl RunCol {
+    /// Every column requests may read or write, in the table's order.
+    pub const ALL: [RunCol; 8] = [
+        RunCol::Id,
+        RunCol::Status,
+        RunCol::LeaseOwner,
+        RunCol::LeaseExpiresAt,
+        RunCol::Retries,
+        RunCol::FencingEpoch,
+        RunCol::UpdatedAt,
+        RunCol::IdempotencyKey,
+    ];
+
     /// The SQL column name.
     pub fn name(self) -> &'static str {
         match self {

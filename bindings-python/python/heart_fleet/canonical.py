@@ -35,8 +35,9 @@ __all__ = [
     "verify_receipt",
 ]
 
-DIGEST_PREFIX = "sha256:dreamnet-sorted-json:v0:"
-RECEIPT_SCHEMA_VERSION = "zao.heart.receipt.v1"
+#: The prefix of every canonical digest, and the receipts' schema version: the core's.
+DIGEST_PREFIX: str = _check.CONTRACT["digestPrefix"]
+RECEIPT_SCHEMA_VERSION: str = _check.CONTRACT["receiptSchemaVersion"]
 
 
 def _js_number(x: float) -> str:

@@ -3,7 +3,8 @@
 //! canonical form of a value JSON text cannot carry, walked in place (`canonicalizeValue`).
 
 use heart_fleet_core::bridge;
-use heart_fleet_core::canonical::host::{HostError, HostKind, HostStr, HostValue, canonicalize_host};
+use heart_fleet_core::canonical::JsText;
+use heart_fleet_core::canonical::host::{HostError, HostKind, HostValue, canonicalize_host};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
@@ -78,8 +79,8 @@ extern "C" {
 #[derive(Clone)]
 struct JsHostValue(JsValue);
 
-fn host_str(s: &js_sys::JsString) -> HostStr {
-    if s.is_valid_utf16() { HostStr::Text(String::from(s)) } else { HostStr::Units(s.iter().collect()) }
+fn host_str(s: &js_sys::JsString) -> JsText<'static> {
+    if s.is_valid_utf16() { JsText::Text(String::from(s).into()) } else { JsText::Units(s.iter().collect()) }
 }
 
 impl HostValue for JsHostValue {
@@ -111,7 +112,7 @@ impl HostValue for JsHostValue {
         })
     }
 
-    fn text(&self) -> Result<HostStr, JsValue> {
+    fn text(&self) -> Result<JsText<'static>, JsValue> {
         Ok(host_str(self.0.unchecked_ref()))
     }
 
@@ -129,7 +130,7 @@ impl HostValue for JsHostValue {
         Ok(Some(JsHostValue(js_sys::Reflect::get_u32(&self.0, index)?)))
     }
 
-    fn keys(&self) -> Result<Vec<(HostStr, JsValue)>, JsValue> {
+    fn keys(&self) -> Result<Vec<(JsText<'static>, JsValue)>, JsValue> {
         Ok(object_keys(&self.0)?.iter().map(|k| (host_str(k.unchecked_ref()), k)).collect())
     }
 

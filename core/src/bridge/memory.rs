@@ -9,7 +9,7 @@ use super::{BridgeResult, invalid, parse_json, protocol, to_text};
 #[cfg(feature = "testkit")]
 use crate::conformance;
 use crate::model::{InstanceRow, IntentRow};
-use crate::request::{Cond, IntentCol, RunCol, StoreRequest, Val};
+use crate::request::{Cond, RunCol, StoreRequest};
 use crate::{ErrorCode, HeartError, LeaseStore, MemoryStore, RunRow, Timestamp, ops};
 
 /// A shared handle on a [`MemoryStore`]: an injectable clock (milliseconds since the Unix
@@ -186,11 +186,7 @@ pub fn store_request(kind: &str, args: &str) -> BridgeResult<String> {
                     .and_then(|n| u32::try_from(n).ok())
                     .ok_or_else(|| a.bad("limit must be an integer in 0..=4294967295"))?,
             };
-            let when = Cond::And(vec![
-                Cond::Eq(IntentCol::State, Val::Text("dispatched".into())),
-                Cond::ExpiredAt(IntentCol::FenceExpiresAt),
-            ]);
-            StoreRequest::ScanIntents { when, limit }
+            StoreRequest::ScanIntents { when: ops::stale_dispatched(), limit }
         }
         _ => intent_request(&a)?,
     };
@@ -312,18 +308,6 @@ pub fn simulate_request(request: &str, snapshot: &str, now_ms: i64) -> BridgeRes
 /// whose rows lack them has them neither compared nor written ([`decide_run_write`]).
 const OUR_RUN_COLUMNS: [RunCol; 1] = [RunCol::FencingEpoch];
 
-/// Every column a request may read or write, in the order [`decide_run_write`] reports them.
-const RUN_COLUMNS: [RunCol; 8] = [
-    RunCol::Id,
-    RunCol::Status,
-    RunCol::LeaseOwner,
-    RunCol::LeaseExpiresAt,
-    RunCol::Retries,
-    RunCol::FencingEpoch,
-    RunCol::UpdatedAt,
-    RunCol::IdempotencyKey,
-];
-
 /// A column's value as a row's JSON holds it.
 fn plain(v: crate::request::ValRef<'_>) -> Value {
     use crate::request::ValRef;
@@ -372,7 +356,7 @@ pub fn decide_run_write(request: &str, row: &str, present: &str, now_ms: i64) ->
     let mut reads = Vec::new();
     when.columns_into(&mut reads);
     set.iter().for_each(|(_, expr)| expr.columns_into(&mut reads));
-    let expect = RUN_COLUMNS.into_iter().filter(|c| reads.contains(c) && has(*c)).map(RunCol::name).collect();
+    let expect = RunCol::ALL.into_iter().filter(|c| reads.contains(c) && has(*c)).map(RunCol::name).collect();
     let mut store = MemoryStore::new(Timestamp(now_ms));
     store.insert_exact(run).map_err(|e| protocol(e.0))?;
     let answer =
@@ -384,7 +368,7 @@ pub fn decide_run_write(request: &str, row: &str, present: &str, now_ms: i64) ->
     let mut patch = serde_json::Map::new();
     if let (Some(was), Some(now)) = (&before, &after) {
         use crate::request::Record;
-        for c in RUN_COLUMNS {
+        for c in RunCol::ALL {
             let ours = OUR_RUN_COLUMNS.contains(&c);
             if was.get_ref(c) != now.get_ref(c) && (!ours || has(c)) {
                 patch.insert(c.name().to_owned(), plain(now.get_ref(c)));

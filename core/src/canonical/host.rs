@@ -9,11 +9,9 @@
 //! property), and the algorithm itself, its order and its error messages, exist here once.
 //! A host error (a getter that throws, a proxy trap) ends the walk and is returned as is.
 
-use std::borrow::Cow;
-use std::cmp::Ordering;
 use std::fmt;
 
-use super::{CanonicalError, MAX_JSON_DEPTH, cmp_utf16, write_finite_f64, write_str, write_units};
+use super::{CanonicalError, JsText, MAX_JSON_DEPTH, write_finite_f64};
 
 /// What a host value is, as the algorithm asks: `typeof`, with `null` and arrays told apart.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,48 +51,6 @@ impl HostKind {
     }
 }
 
-/// A host string: UTF-8 when it is well-formed, else its UTF-16 code units (a lone
-/// surrogate survives as a `\udxxx` escape, as `JSON.stringify` writes it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HostStr {
-    /// Well-formed text.
-    Text(String),
-    /// UTF-16 code units with at least one lone surrogate.
-    Units(Vec<u16>),
-}
-
-impl HostStr {
-    /// The string from UTF-16 code units.
-    pub fn from_units(units: Vec<u16>) -> HostStr {
-        match String::from_utf16(&units) {
-            Ok(text) => HostStr::Text(text),
-            Err(_) => HostStr::Units(units),
-        }
-    }
-
-    fn units(&self) -> Cow<'_, [u16]> {
-        match self {
-            HostStr::Text(s) => Cow::Owned(s.encode_utf16().collect()),
-            HostStr::Units(u) => Cow::Borrowed(u),
-        }
-    }
-
-    /// JavaScript's default `sort()` order: by UTF-16 code units.
-    fn cmp_utf16(&self, other: &HostStr) -> Ordering {
-        match (self, other) {
-            (HostStr::Text(a), HostStr::Text(b)) => cmp_utf16(a, b),
-            _ => self.units().cmp(&other.units()),
-        }
-    }
-
-    fn write(&self, out: &mut String) {
-        match self {
-            HostStr::Text(s) => write_str(s, out),
-            HostStr::Units(u) => write_units(u, out),
-        }
-    }
-}
-
 /// A value of the host's engine, as the algorithm reads it.
 pub trait HostValue: Sized + Clone {
     /// A property key the host can read a property back with.
@@ -105,13 +61,13 @@ pub trait HostValue: Sized + Clone {
     /// What the value is.
     fn kind(&self) -> Result<HostKind, Self::Error>;
     /// The value of a [`HostKind::String`].
-    fn text(&self) -> Result<HostStr, Self::Error>;
+    fn text(&self) -> Result<JsText<'static>, Self::Error>;
     /// The `length` of a [`HostKind::Array`].
     fn array_length(&self) -> Result<u32, Self::Error>;
     /// Element `index` of an array; `None` for a hole (`!(index in array)`).
     fn element(&self, index: u32) -> Result<Option<Self>, Self::Error>;
     /// `Object.keys(value)`: the own enumerable string keys, with a key to read each back.
-    fn keys(&self) -> Result<Vec<(HostStr, Self::Key)>, Self::Error>;
+    fn keys(&self) -> Result<Vec<(JsText<'static>, Self::Key)>, Self::Error>;
     /// `value[key]`.
     fn get(&self, key: &Self::Key) -> Result<Self, Self::Error>;
     /// Whether two values are the same object (`===`), to find a value inside itself.
@@ -295,9 +251,9 @@ mod tests {
                 Js::Obj(_) | Js::Throwing => HostKind::Object,
             })
         }
-        fn text(&self) -> Result<HostStr, String> {
+        fn text(&self) -> Result<JsText<'static>, String> {
             match self {
-                Js::Str(u) => Ok(HostStr::from_units(u.clone())),
+                Js::Str(u) => Ok(JsText::from_units(u.clone())),
                 _ => Err("not a string".into()),
             }
         }
@@ -313,10 +269,10 @@ mod tests {
                 _ => Err("not an array".into()),
             }
         }
-        fn keys(&self) -> Result<Vec<(HostStr, String)>, String> {
+        fn keys(&self) -> Result<Vec<(JsText<'static>, String)>, String> {
             match self {
-                Js::Obj(o) => Ok(o.borrow().iter().map(|(k, _)| (HostStr::Text(k.clone()), k.clone())).collect()),
-                Js::Throwing => Ok(vec![(HostStr::Text("x".into()), "x".into())]),
+                Js::Obj(o) => Ok(o.borrow().iter().map(|(k, _)| (JsText::Text(k.clone().into()), k.clone())).collect()),
+                Js::Throwing => Ok(vec![(JsText::Text("x".into()), "x".into())]),
                 _ => Err("not an object".into()),
             }
         }

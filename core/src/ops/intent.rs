@@ -132,21 +132,39 @@ impl Transition {
     /// The transition of the intent `(run_id, effect_key)` as one store request.
     pub fn request(&self, run_id: &str, effect_key: &str) -> StoreRequest {
         let (when, set, log) = self.parts();
-        StoreRequest::UpdateIntent {
+        update_request(run_id, effect_key, when, set, log)
+    }
+}
+
+/// One conditional write of the intent `(run_id, effect_key)` with its dispatch-log entry
+/// (the store stamps its time).
+pub(crate) fn update_request(
+    run_id: &str,
+    effect_key: &str,
+    when: Cond<IntentCol>,
+    set: Vec<Assign<IntentCol>>,
+    log: Option<LogEntry>,
+) -> StoreRequest {
+    StoreRequest::UpdateIntent {
+        run_id: run_id.to_owned(),
+        effect_key: effect_key.to_owned(),
+        when,
+        set,
+        log: log.map(|(attempt, outcome, detail)| crate::model::DispatchLogEntry {
             run_id: run_id.to_owned(),
             effect_key: effect_key.to_owned(),
-            when,
-            set,
-            log: log.map(|(attempt, outcome, detail)| crate::model::DispatchLogEntry {
-                run_id: run_id.to_owned(),
-                effect_key: effect_key.to_owned(),
-                attempt,
-                outcome: outcome.to_owned(),
-                at: None,
-                detail,
-            }),
-        }
+            attempt,
+            outcome: outcome.to_owned(),
+            at: None,
+            detail,
+        }),
     }
+}
+
+/// The dispatched intents whose fence expired (`<= now`): what the reconciler scans, and
+/// the reference's `findStaleDispatched`.
+pub(crate) fn stale_dispatched() -> Cond<IntentCol> {
+    Cond::And(vec![state_is(IntentState::Dispatched), Cond::ExpiredAt(IntentCol::FenceExpiresAt)])
 }
 
 /// The assignments of a commit: `committed`, the evidence, `committed_at = now`.
