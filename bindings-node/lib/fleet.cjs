@@ -12,7 +12,7 @@
 const native = require('./native.cjs');
 const { decodeAnswer } = require('./compact.cjs');
 const { MemoryLeaseStore, NATIVE } = require('./memory-store.cjs');
-const { ReferenceStoreRequests, LEASE_STORE_METHODS, missingMethods } = require('./reference-store.cjs');
+const { LEASE_STORE_METHODS, missingMethods, referenceCalls, leaseStoreCall, referenceRequest, settle } = require('./reference-store.cjs');
 const {
   codedError,
   HeartFleetError,
@@ -30,6 +30,7 @@ const {
   wellFormed,
   jsonOf,
   firstLine,
+  bounded,
 } = require('./util.cjs');
 
 const contract = require('./contract.cjs');
@@ -73,36 +74,36 @@ function answerText(ans) {
 
 /**
  * One store request (JSON text) on the fleet's own store, as the driving loop sends it:
- * the answer (an object or JSON text), or a Promise of it. `store` is what executes the
- * operation's requests (see operationStore).
+ * the answer (an object or JSON text), or a Promise of it. `calls`: over a store with the
+ * LeaseStore methods, the operation's calls (see operationCalls).
  */
-function storeCall(fleet, requestText, store = operationStore(fleet)) {
+function storeCall(fleet, requestText, calls = operationCalls(fleet)) {
+  if (calls) return referenceRequest(calls, requestText);
   // Stores that take JSON text (executeJson) skip the parse and the stringify.
-  return fleet._textStore ? store.executeJson(requestText) : store.execute(JSON.parse(requestText));
+  return fleet._textStore ? fleet.store.executeJson(requestText) : fleet.store.execute(JSON.parse(requestText));
 }
 
 /**
- * What executes one operation's store requests: the fleet's store, or over a store with
- * the LeaseStore methods a fresh ReferenceStoreRequests (it remembers the rows the
- * operation read, so a decision that needs a row once reads it once).
+ * Over a store with the LeaseStore methods, the calls of one operation (they remember the
+ * rows the operation read, so a decision that needs a row once reads it once); else null.
  */
-function operationStore(fleet) {
-  return fleet._reference ? new ReferenceStoreRequests(fleet.store, fleet._reference) : fleet.store;
+function operationCalls(fleet) {
+  return fleet._reference ? referenceCalls(fleet.store, fleet._reference) : null;
 }
 
+/** The compact answers' tags (A acquired, N renewed, R released, V verified: bridge::compact). */
+const COMPACT_TAGS = new Set([65, 78, 82, 86]);
+
 /**
- * A store's pending answer, bounded by `ms` (HeartFleet's storeTimeoutMs): a store call that
- * never settles fails the operation (store-unavailable) instead of hanging it. The timer is
- * cleared when the answer comes and never keeps the process alive on its own.
+ * A step's text: JSON, a lease-cycle result in the compact form, or (any other first
+ * character) a LeaseStore call the core asks for.
  */
-function bounded(pending, ms) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms (storeTimeoutMs)`)), ms);
-    if (typeof timer === 'object' && typeof timer.unref === 'function') timer.unref();
-    else if (typeof globalThis.Deno?.unrefTimer === 'function') globalThis.Deno.unrefTimer(timer);
-  });
-  return Promise.race([pending, timeout]).finally(() => clearTimeout(timer));
+function stepOf(text) {
+  const tag = text.charCodeAt(0);
+  if (tag === 123) return JSON.parse(text);
+  if (!COMPACT_TAGS.has(tag)) return { need: 'call', call: text };
+  const answer = decodeAnswer(text);
+  return answer.step ?? { done: true, ok: answer.value, receipts: answer.receipts };
 }
 
 /**
@@ -131,19 +132,24 @@ function storeFailed(op, e) {
  */
 async function driveStep(fleet, kind, argsText, host, storeFor) {
   const nf = fleet[NATIVE];
-  const first = storeFor ? nf.beginOnHost(kind, argsText) : nf.begin(kind, argsText);
+  const reference = fleet._reference;
+  let first;
+  if (storeFor) first = nf.beginOnHost(kind, argsText);
+  else if (reference) first = nf.beginOnReference(kind, argsText, reference.casRetries);
+  else first = nf.begin(kind, argsText);
   if (typeof first === 'string') {
-    const step = JSON.parse(first);
+    const step = stepOf(first);
     if (step.receipts) deliver(fleet, step.receipts);
     return step;
   }
   const op = first;
-  const own = operationStore(fleet);
-  let step = JSON.parse(op.need());
+  const calls = operationCalls(fleet);
+  let step = stepOf(op.need());
   let hostThrew = null;
   for (;;) {
     if (step.receipts) deliver(fleet, step.receipts);
     if (step.done) {
+      if (calls) settle(calls);
       if (hostThrew) throw hostThrew.error;
       return step;
     }
@@ -154,7 +160,7 @@ async function driveStep(fleet, kind, argsText, host, storeFor) {
           const request = op.request();
           const parsed = storeFor ? JSON.parse(request) : null;
           const routed = parsed && storeFor(parsed);
-          let ans = routed ? routed.execute(parsed) : storeCall(fleet, request, own);
+          let ans = routed ? routed.execute(parsed) : storeCall(fleet, request, calls);
           if (isThenable(ans)) ans = await bounded(ans, fleet._storeTimeoutMs);
           let answer;
           try {
@@ -165,6 +171,14 @@ async function driveStep(fleet, kind, argsText, host, storeFor) {
             break;
           }
           text = op.resumeStore(answer);
+        } catch (e) {
+          text = storeFailed(op, e);
+        }
+        break;
+      }
+      case 'call': {
+        try {
+          text = await leaseStoreCall(op, step.call, calls);
         } catch (e) {
           text = storeFailed(op, e);
         }
@@ -204,7 +218,7 @@ async function driveStep(fleet, kind, argsText, host, storeFor) {
       default:
         text = op.resumeStoreError(`unknown need ${step.need}`);
     }
-    step = JSON.parse(text);
+    step = stepOf(text);
   }
 }
 
@@ -298,7 +312,7 @@ const LIST_RUNS_OPTIONS = ['status', 'limit'];
 /** The longest wait for one store answer, by default (ms). */
 const DEFAULT_STORE_TIMEOUT_MS = contract.defaults.storeTimeoutMs;
 /** How many times a LeaseStore-methods store's write is decided, by default, when the row keeps changing. */
-const DEFAULT_CAS_RETRIES = 5;
+const DEFAULT_CAS_RETRIES = contract.defaults.casRetries;
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**

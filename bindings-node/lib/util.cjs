@@ -241,7 +241,24 @@ function withExtras(fields, extras) {
   return fields;
 }
 
+/**
+ * A pending answer, bounded by `ms`: past it, the promise rejects (store-unavailable once it
+ * reaches the core) instead of hanging the operation. `limit` is the option's value the
+ * message names (default `ms`). The timer is cleared when the answer comes and never keeps
+ * the process alive on its own.
+ */
+function bounded(pending, ms, limit = ms) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${limit} ms (storeTimeoutMs)`)), ms);
+    if (typeof timer === 'object' && typeof timer.unref === 'function') timer.unref();
+    else if (typeof globalThis.Deno?.unrefTimer === 'function') globalThis.Deno.unrefTimer(timer);
+  });
+  return Promise.race([pending, timeout]).finally(() => clearTimeout(timer));
+}
+
 module.exports = {
+  bounded,
   referenceShape,
   withExtras,
   ERROR_CODES,

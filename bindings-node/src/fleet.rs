@@ -110,6 +110,18 @@ impl NativeFleet {
         }
     }
 
+    /// `begin` over a store with the TypeScript package's `LeaseStore` methods: each store
+    /// request comes back as calls of those methods in the core's compact text (its docs:
+    /// `bridge::reference`), answered with `resumeClock`, `resumeRead`, `resumeWritten` and `resumeRows`; a
+    /// write is decided at most `casRetries` times when the row keeps changing.
+    #[napi]
+    pub fn begin_on_reference(&self, kind: String, args: String, cas_retries: u32) -> Either<String, NativeOp> {
+        match self.inner.begin_on_reference(&kind, &args, cas_retries) {
+            Begun::Done(text) => Either::A(text),
+            Begun::Pending(op) => Either::B(NativeOp { inner: op }),
+        }
+    }
+
     /// `acquire` on the attached memory store, answered in the core's compact form (its
     /// docs: `bridge::compact`); null without a memory store.
     #[napi]
@@ -235,6 +247,31 @@ impl NativeOp {
     #[napi]
     pub fn resume_store_error(&mut self, message: String) -> String {
         self.inner.resume_store_error(&message)
+    }
+
+    /// The `LeaseStore`'s `now()` answered, in milliseconds.
+    #[napi]
+    pub fn resume_clock(&mut self, ms: i64) -> String {
+        self.inner.resume_clock(ms)
+    }
+
+    /// The `LeaseStore`'s `now()` (milliseconds) and `getRun` (the row as JSON, or `null`)
+    /// answered.
+    #[napi]
+    pub fn resume_read(&mut self, ms: i64, row: String) -> String {
+        self.inner.resume_read(ms, &row)
+    }
+
+    /// The `LeaseStore`'s `conditionalUpdate` answered: the row (JSON) or `null`.
+    #[napi]
+    pub fn resume_written(&mut self, row: String) -> String {
+        self.inner.resume_written(&row)
+    }
+
+    /// The `LeaseStore`'s `findExpiredLeases` answered: the rows (a JSON array).
+    #[napi]
+    pub fn resume_rows(&mut self, rows: String) -> String {
+        self.inner.resume_rows(&rows)
     }
 
     /// The effect ledger's answer: `true` the first time the key was recorded.

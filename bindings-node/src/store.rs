@@ -155,11 +155,56 @@ pub fn simulate_request(request: String, snapshot: String, now_ms: i64) -> napi:
     js(bridge::simulate_request(&request, &snapshot, now_ms))
 }
 
-/// The compare-and-set decision of an `update_run` request on one row (JSON), for a store
-/// that can only read a row and write it back conditionally (the core's
-/// `bridge::decide_run_write`): `{now, before, after, expect, patch}` as JSON. `present`: a
-/// JSON array of the columns the store's own row has.
+/// One operation's store requests over a store with the TypeScript package's `LeaseStore`
+/// methods, one request at a time (the core's `bridge::BridgeReferenceRequests`), for a host
+/// that routes an operation's requests itself. Each method returns the next call's compact
+/// text or, once decided, the request's StoreAnswer (JSON text, starting with `{`).
 #[napi]
-pub fn decide_run_write(request: String, row: String, present: String, now_ms: i64) -> napi::Result<String, Code> {
-    js(bridge::decide_run_write(&request, &row, &present, now_ms))
+pub struct NativeReferenceRequests {
+    inner: bridge::BridgeReferenceRequests,
+}
+
+#[napi]
+impl NativeReferenceRequests {
+    /// The requests of one operation; a write is decided at most `casRetries` times.
+    #[napi(constructor)]
+    pub fn new(cas_retries: u32) -> NativeReferenceRequests {
+        NativeReferenceRequests { inner: bridge::BridgeReferenceRequests::new(cas_retries) }
+    }
+
+    /// Starts one request (StoreRequest JSON text).
+    #[napi]
+    pub fn start(&mut self, request: String) -> napi::Result<String, Code> {
+        js(self.inner.start(&request))
+    }
+
+    /// `now()` answered, in milliseconds.
+    #[napi]
+    pub fn resume_clock(&mut self, ms: i64) -> napi::Result<String, Code> {
+        js(self.inner.clock(ms))
+    }
+
+    /// `now()` (milliseconds) and `getRun` (the row as JSON, or `null`) answered.
+    #[napi]
+    pub fn resume_read(&mut self, ms: i64, row: String) -> napi::Result<String, Code> {
+        js(self.inner.read(ms, &row))
+    }
+
+    /// `conditionalUpdate` answered: the row (JSON) or `null`.
+    #[napi]
+    pub fn resume_written(&mut self, row: String) -> napi::Result<String, Code> {
+        js(self.inner.written(&row))
+    }
+
+    /// `findExpiredLeases` answered: the rows (a JSON array).
+    #[napi]
+    pub fn resume_rows(&mut self, rows: String) -> napi::Result<String, Code> {
+        js(self.inner.rows(&rows))
+    }
+
+    /// A call failed: the request ends.
+    #[napi]
+    pub fn resume_store_error(&mut self) {
+        self.inner.failed();
+    }
 }

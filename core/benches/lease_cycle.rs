@@ -12,6 +12,12 @@
 //! * `lease_cycle/bridge_json_host_store`: the JSON bridge with every store request handed
 //!   out as JSON and answered by the bridge's memory store as JSON text (the path of a JS
 //!   store object, without JavaScript).
+//! * `lease_cycle/bridge_reference_store`: the JSON bridge over a store with the TypeScript
+//!   package's `LeaseStore` methods (`BridgeFleet::begin_on_reference`): every request
+//!   becomes the calls `now`, `getRun`, `conditionalUpdate`, answered by a map of JSON rows
+//!   as a JS store would answer them (the row as JSON text, a shallow merge on a write), the
+//!   path of a user's four-method store without JavaScript; the lease cycle's results come
+//!   back in the compact form.
 //! * `lease_cycle/bridge_compact`: the same cycle through the bridge's compact answers
 //!   (`BridgeFleet::acquire_compact` and its siblings: typed arguments, results and receipts
 //!   as separated values), the bindings' memory-store fast path.
@@ -80,6 +86,19 @@ fn json_cycle(step: &impl Fn(&str, &str) -> String) -> (String, String) {
     (v, r)
 }
 
+/// The same cycle with compact answers (`step` as in [`json_cycle`]).
+fn compact_cycle(step: &impl Fn(&str, &str) -> String) -> (String, String) {
+    let a = step("acquire", r#"{"runId":"bench-run","owner":"worker-A","ttlSeconds":60}"#);
+    assert!(a.starts_with('A'), "acquired: {a}");
+    // The token's four values follow the tag and the row's 18.
+    let v: Vec<&str> = a.split(COMPACT_SEPARATOR).skip(19).take(4).collect();
+    let fence = format!(r#"{{"runId":"{}","owner":"{}","leaseExpiresAt":"{}","epoch":{}}}"#, v[0], v[1], v[2], v[3]);
+    let live = step("verifyFence", &format!(r#"{{"fence":{fence}}}"#));
+    let r = step("release", &format!(r#"{{"fence":{fence},"nextStatus":"ready"}}"#));
+    assert!(r.starts_with('R'), "released: {r}");
+    (live, r)
+}
+
 fn bench_cycle(c: &mut Criterion) {
     let mut group = c.benchmark_group("lease_cycle");
     group.throughput(Throughput::Elements(1));
@@ -126,6 +145,49 @@ fn bench_cycle(c: &mut Criterion) {
             }
         };
         group.bench_function("bridge_json_host_store", |b| b.iter(|| black_box(json_cycle(&step))));
+    }
+    // The same cycle over a store with the LeaseStore methods: the calls answered by a map of
+    // JSON rows, as a JS store answers them.
+    {
+        let bridge = BridgeFleet::new(None, true);
+        let row = serde_json::to_value(RunRow::ready("bench-run", "heart:resource:bench", T0)).expect("a row");
+        let rows = std::cell::RefCell::new(HashMap::from([("bench-run".to_owned(), row)]));
+        let sep = COMPACT_SEPARATOR;
+        let answer_call = |op: &mut heart_fleet_core::bridge::BridgeOp, call: &str| -> String {
+            let mut parts = call.split(sep);
+            match parts.next().map(|t| t.to_ascii_lowercase()).as_deref() {
+                Some("g") => {
+                    let id = parts.next().expect("a run id");
+                    let text = rows.borrow().get(id).map_or_else(|| "null".to_owned(), Value::to_string);
+                    op.resume_read(T0.0, &text)
+                }
+                Some("u") => {
+                    let id = parts.next().expect("a run id");
+                    let patch: serde_json::Map<String, Value> =
+                        serde_json::from_str(parts.next().expect("a patch")).expect("patch JSON");
+                    let mut all = rows.borrow_mut();
+                    let row = all.get_mut(id).expect("the run");
+                    for (k, v) in patch {
+                        row[k] = v;
+                    }
+                    op.resume_written(&row.to_string())
+                }
+                other => panic!("unexpected call {other:?}"),
+            }
+        };
+        let step = |kind: &str, args: &str| -> String {
+            match bridge.begin_on_reference(kind, args, 5) {
+                Begun::Done(text) => text,
+                Begun::Pending(mut op) => {
+                    let mut text = op.need().to_owned();
+                    while !op.is_done() {
+                        text = answer_call(&mut op, &text);
+                    }
+                    text
+                }
+            }
+        };
+        group.bench_function("bridge_reference_store", |b| b.iter(|| black_box(compact_cycle(&step))));
     }
     // The same cycle through the bridge's compact answers (typed arguments; results and
     // receipts as separated values), the bindings' memory-store fast path.

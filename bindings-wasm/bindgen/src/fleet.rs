@@ -51,6 +51,18 @@ impl NativeFleet {
         Ok(begun(self.inner.begin_on_host(&kind, &args)))
     }
 
+    /// `begin` over a store with the TypeScript package's `LeaseStore` methods: each store
+    /// request comes back as calls of those methods in the core's compact text (its docs:
+    /// `bridge::reference`), answered with `resumeClock`, `resumeRead`, `resumeWritten` and `resumeRows`; a
+    /// write is decided at most `casRetries` times when the row keeps changing.
+    #[wasm_bindgen(js_name = beginOnReference)]
+    pub fn begin_on_reference(&self, kind: JsValue, args: JsValue, cas_retries: JsValue) -> Result<JsValue, JsValue> {
+        let kind = text("kind", &kind)?;
+        let args = text("args", &args)?;
+        let cas_retries = crate::uint32("casRetries", &cas_retries)?;
+        Ok(begun(self.inner.begin_on_reference(&kind, &args, cas_retries)))
+    }
+
     /// `acquire` on the attached memory store, answered in the core's compact form (its
     /// docs: `bridge::compact`); `undefined` without a memory store.
     #[wasm_bindgen(js_name = acquireCompact)]
@@ -184,6 +196,31 @@ impl NativeOp {
     #[wasm_bindgen(js_name = resumeStoreError)]
     pub fn resume_store_error(&mut self, message: JsValue) -> Result<String, JsValue> {
         Ok(self.inner.resume_store_error(&text("message", &message)?))
+    }
+
+    /// The `LeaseStore`'s `now()` answered, in milliseconds.
+    #[wasm_bindgen(js_name = resumeClock)]
+    pub fn resume_clock(&mut self, ms: JsValue) -> Result<String, JsValue> {
+        Ok(self.inner.resume_clock(int("ms", &ms)?))
+    }
+
+    /// The `LeaseStore`'s `now()` (milliseconds) and `getRun` (the row as JSON, or `null`)
+    /// answered.
+    #[wasm_bindgen(js_name = resumeRead)]
+    pub fn resume_read(&mut self, ms: JsValue, row: JsValue) -> Result<String, JsValue> {
+        Ok(self.inner.resume_read(int("ms", &ms)?, &text("row", &row)?))
+    }
+
+    /// The `LeaseStore`'s `conditionalUpdate` answered: the row (JSON) or `null`.
+    #[wasm_bindgen(js_name = resumeWritten)]
+    pub fn resume_written(&mut self, row: JsValue) -> Result<String, JsValue> {
+        Ok(self.inner.resume_written(&text("row", &row)?))
+    }
+
+    /// The `LeaseStore`'s `findExpiredLeases` answered: the rows (a JSON array).
+    #[wasm_bindgen(js_name = resumeRows)]
+    pub fn resume_rows(&mut self, rows: JsValue) -> Result<String, JsValue> {
+        Ok(self.inner.resume_rows(&text("rows", &rows)?))
     }
 
     /// The effect ledger's answer: `true` the first time the key was recorded.

@@ -187,12 +187,56 @@ pub fn sql_receipt_insert(dialect_name: JsValue, receipt_json: JsValue) -> Resul
     bridge::sql_receipt_insert(&dialect, &text("receipt", &receipt_json)?).map_err(from_heart)
 }
 
-/// The compare-and-set decision of an `update_run` request on one row (JSON), for a store
-/// that can only read a row and write it back conditionally (the core's
-/// `bridge::decide_run_write`): `{now, before, after, expect, patch}` as JSON. `present`: a
-/// JSON array of the columns the store's own row has.
-#[wasm_bindgen(js_name = decideRunWrite)]
-pub fn decide_run_write(request: JsValue, row: JsValue, present: JsValue, now_ms: JsValue) -> Result<String, JsValue> {
-    let (request, row, present) = (text("request", &request)?, text("row", &row)?, text("present", &present)?);
-    bridge::decide_run_write(&request, &row, &present, int("nowMs", &now_ms)?).map_err(from_heart)
+/// One operation's store requests over a store with the TypeScript package's `LeaseStore`
+/// methods, one request at a time (the core's `bridge::BridgeReferenceRequests`), for a host
+/// that routes an operation's requests itself. Each method returns the next call's compact
+/// text or, once decided, the request's StoreAnswer (JSON text, starting with `{`).
+#[wasm_bindgen]
+pub struct NativeReferenceRequests {
+    inner: bridge::BridgeReferenceRequests,
+}
+
+#[wasm_bindgen]
+impl NativeReferenceRequests {
+    /// The requests of one operation; a write is decided at most `casRetries` times.
+    #[wasm_bindgen(constructor)]
+    pub fn new(cas_retries: JsValue) -> Result<NativeReferenceRequests, JsValue> {
+        let cas_retries = crate::uint32("casRetries", &cas_retries)?;
+        Ok(NativeReferenceRequests { inner: bridge::BridgeReferenceRequests::new(cas_retries) })
+    }
+
+    /// Starts one request (StoreRequest JSON text).
+    pub fn start(&mut self, request: JsValue) -> Result<String, JsValue> {
+        self.inner.start(&text("request", &request)?).map_err(from_heart)
+    }
+
+    /// `now()` answered, in milliseconds.
+    #[wasm_bindgen(js_name = resumeClock)]
+    pub fn resume_clock(&mut self, ms: JsValue) -> Result<String, JsValue> {
+        self.inner.clock(int("ms", &ms)?).map_err(from_heart)
+    }
+
+    /// `now()` (milliseconds) and `getRun` (the row as JSON, or `null`) answered.
+    #[wasm_bindgen(js_name = resumeRead)]
+    pub fn resume_read(&mut self, ms: JsValue, row: JsValue) -> Result<String, JsValue> {
+        self.inner.read(int("ms", &ms)?, &text("row", &row)?).map_err(from_heart)
+    }
+
+    /// `conditionalUpdate` answered: the row (JSON) or `null`.
+    #[wasm_bindgen(js_name = resumeWritten)]
+    pub fn resume_written(&mut self, row: JsValue) -> Result<String, JsValue> {
+        self.inner.written(&text("row", &row)?).map_err(from_heart)
+    }
+
+    /// `findExpiredLeases` answered: the rows (a JSON array).
+    #[wasm_bindgen(js_name = resumeRows)]
+    pub fn resume_rows(&mut self, rows: JsValue) -> Result<String, JsValue> {
+        self.inner.rows(&text("rows", &rows)?).map_err(from_heart)
+    }
+
+    /// A call failed: the request ends.
+    #[wasm_bindgen(js_name = resumeStoreError)]
+    pub fn resume_store_error(&mut self) {
+        self.inner.failed();
+    }
 }

@@ -66,13 +66,14 @@ function world() {
   const op = jsFleet.begin('verifyFence', JSON.stringify({ fence: { runId: 'r1', owner: 'w', leaseExpiresAt: '2026-07-30T00:01:00.000Z' } }));
   const session = native.NativeLeaseSession.create(60, null);
   const ledger = new native.NativeEffectLedger();
-  return { store, fleet, op, session, ledger };
+  const requests = new native.NativeReferenceRequests(5);
+  return { store, fleet, op, session, ledger, requests };
 }
 
 /** [name, arity, call(world, args)] for every raw export. */
 function targets() {
   const out = [];
-  const skip = new Set(['initSync', 'default', 'NativeFleet', 'NativeOp', 'NativeMemoryStore', 'NativeLeaseSession', 'NativeEffectLedger']);
+  const skip = new Set(['initSync', 'default', 'NativeFleet', 'NativeOp', 'NativeMemoryStore', 'NativeLeaseSession', 'NativeEffectLedger', 'NativeReferenceRequests']);
   for (const [name, f] of Object.entries(native)) {
     if (skip.has(name) || typeof f !== 'function') continue;
     out.push([name, Math.max(f.length, 1), (w, args) => f(...args)]);
@@ -81,12 +82,14 @@ function targets() {
   out.push(['new NativeMemoryStore', 1, (w, args) => new native.NativeMemoryStore(...args)]);
   out.push(['NativeMemoryStore.fromScenario', 1, (w, args) => native.NativeMemoryStore.fromScenario(...args)]);
   out.push(['NativeLeaseSession.create', 2, (w, args) => native.NativeLeaseSession.create(...args)]);
+  out.push(['new NativeReferenceRequests', 1, (w, args) => new native.NativeReferenceRequests(...args)]);
   const methods = [
     ['fleet', native.NativeFleet],
     ['store', native.NativeMemoryStore],
     ['op', native.NativeOp],
     ['session', native.NativeLeaseSession],
     ['ledger', native.NativeEffectLedger],
+    ['requests', native.NativeReferenceRequests],
   ];
   for (const [obj, cls] of methods) {
     for (const m of Object.getOwnPropertyNames(cls.prototype)) {
@@ -109,6 +112,7 @@ function goodArgs(name, arity) {
     sqlReceiptInsert: ['postgres', '{}'],
     storeRequest: ['now', '{}'],
     'new NativeFleet': [5, false],
+    'new NativeReferenceRequests': [5],
     'fleet.begin': ['acquire', '{"runId":"r1","owner":"w","ttlSeconds":60}'],
     'store.failAfter': ['no_such_request', 0, 0],
     'store.insert': [row('r9')],

@@ -104,7 +104,7 @@ impl Record for HeartReceipt {
 }
 
 /// Writes values; `clean` turns false when a value cannot be written compactly.
-struct Writer {
+pub(super) struct Writer {
     out: String,
     clean: bool,
 }
@@ -235,9 +235,20 @@ pub fn compact_layouts() -> String {
 
 /// How an operation's result is written compactly: `Some(writer)` with its tag and fields,
 /// or `None` for the JSON form.
-type Encode<T> = fn(&T) -> Option<Writer>;
+pub(super) type Encode<T> = fn(&T) -> Option<Writer>;
 
-fn acquired(r: &AcquireResult) -> Option<Writer> {
+/// The compact answer of `value` (encoded by `encode`) with the receipts handed to the host
+/// with it; `None` when it has no compact form or a value holds a marker character.
+pub(super) fn compact_answer<T>(value: &T, encode: Encode<T>, receipts: &[HeartReceipt]) -> Option<String> {
+    let mut w = encode(value)?;
+    w.count(receipts.len());
+    for r in receipts {
+        w.record(r);
+    }
+    w.clean.then_some(w.out)
+}
+
+pub(super) fn acquired(r: &AcquireResult) -> Option<Writer> {
     let (true, Some(run), Some(fence)) = (r.acquired, &r.run, &r.fence) else { return None };
     let mut w = Writer::new("A");
     w.record(run);
@@ -245,21 +256,21 @@ fn acquired(r: &AcquireResult) -> Option<Writer> {
     Some(w)
 }
 
-fn renewed(r: &Fenced<FencingToken>) -> Option<Writer> {
+pub(super) fn renewed(r: &Fenced<FencingToken>) -> Option<Writer> {
     let Fenced::Ok { value } = r else { return None };
     let mut w = Writer::new("N");
     w.record(value);
     Some(w)
 }
 
-fn released(r: &Fenced<RunRow>) -> Option<Writer> {
+pub(super) fn released(r: &Fenced<RunRow>) -> Option<Writer> {
     let Fenced::Ok { value } = r else { return None };
     let mut w = Writer::new("R");
     w.record(value);
     Some(w)
 }
 
-fn verified(live: &bool) -> Option<Writer> {
+pub(super) fn verified(live: &bool) -> Option<Writer> {
     let mut w = Writer::new("V");
     w.raw(if *live { "1" } else { "0" });
     Some(w)
@@ -303,15 +314,9 @@ impl BridgeFleet {
         let pending = shared.take_pending();
         drop(shared);
         if let Ok(value) = &result
-            && let Some(mut w) = encode(value)
+            && let Some(text) = compact_answer(value, encode, &pending)
         {
-            w.count(pending.len());
-            for r in &pending {
-                w.record(r);
-            }
-            if w.clean {
-                return Some(w.out);
-            }
+            return Some(text);
         }
         Some(step_json(&Step::Done(result.map(|v| super::to_text(&v))), pending))
     }

@@ -9,7 +9,7 @@ use super::{BridgeResult, invalid, parse_json, protocol, to_text};
 #[cfg(feature = "testkit")]
 use crate::conformance;
 use crate::model::{InstanceRow, IntentRow};
-use crate::request::{Cond, RunCol, StoreRequest};
+use crate::request::{Cond, StoreRequest};
 use crate::{ErrorCode, HeartError, LeaseStore, MemoryStore, RunRow, Timestamp, ops};
 
 /// A shared handle on a [`MemoryStore`]: an injectable clock (milliseconds since the Unix
@@ -304,85 +304,6 @@ pub fn simulate_request(request: &str, snapshot: &str, now_ms: i64) -> BridgeRes
     Ok(to_text(&answer))
 }
 
-/// The columns heart-fleet adds to the TypeScript package's `agent_runs` schema: a store
-/// whose rows lack them has them neither compared nor written ([`decide_run_write`]).
-const OUR_RUN_COLUMNS: [RunCol; 1] = [RunCol::FencingEpoch];
-
-/// A column's value as a row's JSON holds it.
-fn plain(v: crate::request::ValRef<'_>) -> Value {
-    use crate::request::ValRef;
-    match v {
-        ValRef::Null => Value::Null,
-        ValRef::Text(t) => Value::String(t.to_owned()),
-        ValRef::Int(n) => Value::from(n),
-        ValRef::Time(t) => Value::String(t.to_iso()),
-        ValRef::Json(j) => j.clone(),
-    }
-}
-
-/// The compare-and-set decision of one `update_run` request for a store that can only read
-/// a row and write it back conditionally (the TypeScript package's `getRun` +
-/// `conditionalUpdate`).
-#[derive(serde::Serialize)]
-struct RunWriteDecision<'a> {
-    now: String,
-    before: Option<&'a RunRow>,
-    after: Option<&'a RunRow>,
-    expect: Vec<&'static str>,
-    patch: serde_json::Map<String, Value>,
-}
-
-/// The compare-and-set decision of one `update_run` request (StoreRequest JSON) for a store
-/// that can only read a row and write it back conditionally (the TypeScript package's
-/// `getRun` + `conditionalUpdate`): the request decided by the core's evaluator at `now_ms`
-/// on `row` (an `agent_runs` row, JSON, database text accepted for timestamps).
-///
-/// `present` (a JSON array) names the columns the store's own row has. The answer (JSON) is
-/// `{now, before, after, expect, patch}`: `after` null when the condition does not hold;
-/// `expect`, the columns the decision read that the store's row has (the write must be
-/// conditioned on their values as read); `patch`, the columns the write changes
-/// (heart-fleet's own columns only when the store's row has them; `updated_at` alone when
-/// nothing changes, so that the write still proves the condition).
-pub fn decide_run_write(request: &str, row: &str, present: &str, now_ms: i64) -> BridgeResult<String> {
-    let (run_id, when, set) = match serde_json::from_str(request) {
-        Ok(StoreRequest::UpdateRun { run_id, when, set, .. }) => (run_id, when, set),
-        Ok(_) => return Err(protocol("decideRunWrite: not an update_run request")),
-        Err(e) => return Err(protocol(format!("not a StoreRequest: {e}"))),
-    };
-    let run: RunRow = serde_json::from_str(row).map_err(|e| protocol(format!("not an agent_runs row: {e}")))?;
-    let present: Vec<String> =
-        serde_json::from_str(present).map_err(|e| protocol(format!("present is not a list of columns: {e}")))?;
-    let has = |c: RunCol| present.iter().any(|p| p == c.name());
-    let mut reads = Vec::new();
-    when.columns_into(&mut reads);
-    set.iter().for_each(|(_, expr)| expr.columns_into(&mut reads));
-    let expect = RunCol::ALL.into_iter().filter(|c| reads.contains(c) && has(*c)).map(RunCol::name).collect();
-    let mut store = MemoryStore::new(Timestamp(now_ms));
-    store.insert_exact(run).map_err(|e| protocol(e.0))?;
-    let answer =
-        store.execute(StoreRequest::UpdateRun { run_id, when, set, want_before: true }).map_err(|e| protocol(e.0))?;
-    let (before, after) = match answer.reply {
-        crate::request::StoreReply::RunWrite { before, after } => (before, after),
-        _ => (None, None),
-    };
-    let mut patch = serde_json::Map::new();
-    if let (Some(was), Some(now)) = (&before, &after) {
-        use crate::request::Record;
-        for c in RunCol::ALL {
-            let ours = OUR_RUN_COLUMNS.contains(&c);
-            if was.get_ref(c) != now.get_ref(c) && (!ours || has(c)) {
-                patch.insert(c.name().to_owned(), plain(now.get_ref(c)));
-            }
-        }
-        if patch.is_empty() {
-            patch.insert("updated_at".into(), Value::String(now.updated_at.to_iso()));
-        }
-    }
-    let decision =
-        RunWriteDecision { now: answer.now.to_iso(), before: before.as_ref(), after: after.as_ref(), expect, patch };
-    Ok(to_text(&decision))
-}
-
 #[cfg(test)]
 mod store_request_tests {
     use serde_json::{Value, json};
@@ -441,75 +362,5 @@ mod store_request_tests {
         let claim = json!({"runId": "r", "effectKey": "k", "channel": "carrier-pigeon", "payloadDigest": "d"});
         assert!(refused("claimIntent", claim).contains("channel must be one of"));
         assert!(refused("update_intent", json!({"runId": "r", "effectKey": "k"})).contains("unknown store request"));
-    }
-}
-
-#[cfg(test)]
-mod decide_run_write_tests {
-    use serde_json::{Value, json};
-
-    use super::decide_run_write;
-    use crate::{RunRow, Timestamp};
-
-    const T0: i64 = 1_785_369_600_000;
-
-    fn take(present: Value) -> Value {
-        let request = json!({
-            "op": "update_run", "run_id": "r",
-            "when": {"eq": ["status", {"type": "text", "value": "ready"}]},
-            "set": [
-                ["status", {"val": {"type": "text", "value": "leased"}}],
-                ["fencing_epoch", {"add": ["fencing_epoch", 1]}],
-            ],
-            "want_before": false,
-        });
-        let row = serde_json::to_string(&RunRow::ready("r", "k", Timestamp(T0))).unwrap();
-        let text = decide_run_write(&request.to_string(), &row, &present.to_string(), T0 + 5).unwrap();
-        serde_json::from_str(&text).unwrap()
-    }
-
-    #[test]
-    fn a_hit_writes_what_changed_conditioned_on_what_was_read() {
-        let d = take(json!(["id", "status", "fencing_epoch", "updated_at"]));
-        assert_eq!(d["expect"], json!(["status", "fencing_epoch"]));
-        assert_eq!(d["patch"], json!({"status": "leased", "fencing_epoch": 1}));
-        assert_eq!(d["before"]["status"], "ready");
-        assert_eq!(d["after"]["status"], "leased");
-    }
-
-    #[test]
-    fn a_row_without_our_columns_has_them_neither_compared_nor_written() {
-        let d = take(json!(["id", "status"]));
-        assert_eq!(d["expect"], json!(["status"]));
-        assert_eq!(d["patch"], json!({"status": "leased"}));
-    }
-
-    #[test]
-    fn a_miss_has_no_after_and_nothing_to_write() {
-        let request = json!({
-            "op": "update_run", "run_id": "r",
-            "when": {"eq": ["status", {"type": "text", "value": "leased"}]},
-            "set": [], "want_before": false,
-        });
-        let row = serde_json::to_string(&RunRow::ready("r", "k", Timestamp(T0))).unwrap();
-        let d: Value =
-            serde_json::from_str(&decide_run_write(&request.to_string(), &row, r#"["status"]"#, T0).unwrap()).unwrap();
-        assert_eq!(d["after"], Value::Null);
-        assert_eq!(d["patch"], json!({}));
-        let not_update = decide_run_write(r#"{"op":"now"}"#, &row, "[]", T0).unwrap_err();
-        assert_eq!(not_update.code, crate::ErrorCode::StoreProtocol);
-    }
-
-    #[test]
-    fn a_write_that_changes_nothing_still_writes_updated_at() {
-        let request = json!({
-            "op": "update_run", "run_id": "r",
-            "when": {"eq": ["status", {"type": "text", "value": "ready"}]},
-            "set": [["updated_at", "now"]], "want_before": false,
-        });
-        let row = serde_json::to_string(&RunRow::ready("r", "k", Timestamp(T0))).unwrap();
-        let d: Value =
-            serde_json::from_str(&decide_run_write(&request.to_string(), &row, r#"["status"]"#, T0).unwrap()).unwrap();
-        assert_eq!(d["patch"], json!({"updated_at": "2026-07-30T00:00:00.000Z"}));
     }
 }

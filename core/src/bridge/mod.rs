@@ -67,6 +67,7 @@ mod canonical;
 mod compact;
 mod memory;
 mod op;
+mod reference;
 mod session;
 mod sql;
 
@@ -75,6 +76,9 @@ pub use canonical::*;
 pub use compact::*;
 pub use memory::*;
 pub use op::*;
+pub use reference::{
+    BridgeReferenceRequests, DEFAULT_CAS_RETRIES, LEASE_STORE_METHODS, LeaseStoreCall, ReferenceStore,
+};
 pub use session::*;
 pub use sql::*;
 
@@ -123,7 +127,7 @@ pub fn instance_expired_ms(status: &str, last_heartbeat_ms: f64, now_ms: f64, tt
 /// `runStatuses`, `nextStatuses` (what a release may leave a run in), `channels`,
 /// `heldStatuses` (the statuses of a held lease), `maxTtlSeconds`, `digestPrefix`,
 /// `receiptSchemaVersion`, `maxJsonDepth`, `maxEvidenceDepth`, `operations` (the names
-/// [`Call::parse`] takes) and `defaults` (what an option left out becomes).
+/// [`Call::parse`] takes), `leaseStoreMethods` (the TypeScript package's store contract) and `defaults` (what an option left out becomes).
 pub fn contract_json() -> String {
     use crate::ops;
     serde_json::json!({
@@ -138,6 +142,7 @@ pub fn contract_json() -> String {
         "maxJsonDepth": crate::canonical::MAX_JSON_DEPTH,
         "maxEvidenceDepth": ops::MAX_EVIDENCE_DEPTH,
         "operations": Call::NAMES,
+        "leaseStoreMethods": LEASE_STORE_METHODS,
         "defaults": {
             "maxRetries": ops::DEFAULT_MAX_RETRIES,
             "sweepLimit": ops::DEFAULT_SWEEP_LIMIT,
@@ -146,6 +151,7 @@ pub fn contract_json() -> String {
             "reconcileMaxAttempts": ops::DEFAULT_RECONCILE_MAX_ATTEMPTS,
             "reconcileLimit": ops::DEFAULT_RECONCILE_LIMIT,
             "storeTimeoutMs": ops::DEFAULT_STORE_TIMEOUT_MS,
+            "casRetries": DEFAULT_CAS_RETRIES,
         },
     })
     .to_string()

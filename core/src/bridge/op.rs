@@ -8,7 +8,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::call::Call;
+use super::compact::{self, Encode, compact_answer};
 use super::memory::BridgeMemoryStore;
+use super::reference::{Progress, ReferenceStore};
 use crate::driver::Recorder;
 use crate::machine::{Answer, Event, Machine, Need, ProbeVerdict, Step};
 use crate::metrics::HeartMetrics;
@@ -47,29 +49,49 @@ trait DynOp {
     fn start(&mut self) -> Step<String>;
     fn resume(&mut self, answer: Answer) -> Step<String>;
     fn drain(&mut self) -> Vec<Event>;
+    /// The result kept for a compact answer (see `Typed::compact`), with `receipts`: the
+    /// compact text, or the JSON when it has no compact form. `None` when nothing was kept.
+    fn finish(&mut self, receipts: &[HeartReceipt]) -> Option<String>;
 }
 
 struct Typed<T> {
     machine: Machine<T>,
     out: fn(T) -> String,
+    /// The compact form of the lease cycle's results, when the host takes it: the result is
+    /// kept (the step says `Done(Ok(""))`) and written by `finish` with its receipts.
+    compact: Option<Encode<T>>,
+    kept: Option<T>,
 }
 
-fn map_step<T>(step: Step<T>, out: fn(T) -> String) -> Step<String> {
-    match step {
-        Step::Need(n) => Step::Need(n),
-        Step::Done(r) => Step::Done(r.map(out)),
+impl<T> Typed<T> {
+    fn map(&mut self, step: Step<T>) -> Step<String> {
+        match step {
+            Step::Need(n) => Step::Need(n),
+            Step::Done(Ok(v)) if self.compact.is_some() => {
+                self.kept = Some(v);
+                Step::Done(Ok(String::new()))
+            }
+            Step::Done(r) => Step::Done(r.map(self.out)),
+        }
     }
 }
 
 impl<T: 'static> DynOp for Typed<T> {
     fn start(&mut self) -> Step<String> {
-        map_step(self.machine.start(), self.out)
+        let step = self.machine.start();
+        self.map(step)
     }
     fn resume(&mut self, answer: Answer) -> Step<String> {
-        map_step(self.machine.resume(answer), self.out)
+        let step = self.machine.resume(answer);
+        self.map(step)
     }
     fn drain(&mut self) -> Vec<Event> {
         self.machine.drain_events()
+    }
+    fn finish(&mut self, receipts: &[HeartReceipt]) -> Option<String> {
+        let value = self.kept.take()?;
+        let compact = self.compact.and_then(|encode| compact_answer(&value, encode, receipts));
+        Some(compact.unwrap_or_else(|| step_json(&Step::Done(Ok((self.out)(value))), receipts.to_vec())))
     }
 }
 
@@ -77,21 +99,33 @@ fn to_json<T: serde::Serialize>(v: T) -> String {
     super::to_text(&v)
 }
 
-fn boxed<T: serde::Serialize + 'static>(machine: Machine<T>) -> Box<dyn DynOp + Send> {
-    Box::new(Typed { machine, out: to_json::<T> })
+fn boxed<T: serde::Serialize + Send + 'static>(machine: Machine<T>) -> Box<dyn DynOp + Send> {
+    Box::new(Typed { machine, out: to_json::<T>, compact: None, kept: None })
+}
+
+/// A lease-cycle operation, answered compactly when `compact` (the `bridge::compact` form).
+fn cycle<T: serde::Serialize + Send + 'static>(
+    machine: Machine<T>,
+    encode: Encode<T>,
+    compact: bool,
+) -> Box<dyn DynOp + Send> {
+    Box::new(Typed { machine, out: to_json::<T>, compact: compact.then_some(encode), kept: None })
 }
 
 fn ensured((run, created): (crate::RunRow, bool)) -> String {
     format!("{{\"run\":{},\"created\":{created}}}", to_json(run))
 }
 
-/// The machine of `call`, its result written as the JSON the host's API returns.
-fn build(call: Call, cfg: FleetConfig) -> Box<dyn DynOp + Send> {
+/// The machine of `call`, its result written as the JSON the host's API returns (with
+/// `compact`, the lease cycle's in the compact form).
+fn build(call: Call, cfg: FleetConfig, compact: bool) -> Box<dyn DynOp + Send> {
     match call {
-        Call::Acquire { run_id, owner, ttl_seconds } => boxed(ops::acquire(cfg, &run_id, &owner, ttl_seconds)),
-        Call::Renew { fence, ttl_seconds } => boxed(ops::renew(&fence, ttl_seconds)),
-        Call::Release { fence, next_status } => boxed(ops::release(&fence, next_status)),
-        Call::VerifyFence { fence } => boxed(ops::verify_fence(&fence)),
+        Call::Acquire { run_id, owner, ttl_seconds } => {
+            cycle(ops::acquire(cfg, &run_id, &owner, ttl_seconds), compact::acquired, compact)
+        }
+        Call::Renew { fence, ttl_seconds } => cycle(ops::renew(&fence, ttl_seconds), compact::renewed, compact),
+        Call::Release { fence, next_status } => cycle(ops::release(&fence, next_status), compact::released, compact),
+        Call::VerifyFence { fence } => cycle(ops::verify_fence(&fence), compact::verified, compact),
         Call::GuardIrreversible { fence, effect_key } => boxed(ops::guard_irreversible(&fence, &effect_key)),
         Call::SendOnce { fence, channel, effect_key, payload } => {
             boxed(ops::send_once(&fence, &channel, &effect_key, &payload))
@@ -111,7 +145,8 @@ fn build(call: Call, cfg: FleetConfig) -> Box<dyn DynOp + Send> {
         Call::RequeueRun { run_id, operator } => boxed(ops::requeue_run(&run_id, &operator)),
         Call::ForceRelease { run_id } => boxed(ops::force_release(&run_id)),
         Call::EnsureResourceRun { kind, key, objective, created_by } => {
-            Box::new(Typed { machine: ops::ensure_resource_run(&kind, &key, &objective, &created_by), out: ensured })
+            let machine = ops::ensure_resource_run(&kind, &key, &objective, &created_by);
+            Box::new(Typed { machine, out: ensured, compact: None, kept: None })
         }
     }
 }
@@ -144,35 +179,68 @@ struct Running {
     op: Box<dyn DynOp + Send>,
     shared: Arc<Mutex<Shared>>,
     memory: Option<BridgeMemoryStore>,
+    /// Over a store with the `LeaseStore` methods: the calls its requests become.
+    reference: Option<Box<ReferenceStore>>,
 }
 
 impl Running {
-    /// Applies events and, with a memory store attached, answers store requests in place
-    /// until the machine needs JavaScript or is done.
-    fn drive(&mut self, mut step: Step<String>) -> (Step<String>, Vec<HeartReceipt>) {
+    /// Resumes the machine with a store's answer; a failure the core found (not the store)
+    /// keeps its code when it ends the operation.
+    fn answer(&mut self, answer: Result<StoreAnswer, HeartError>) -> Step<String> {
+        match answer {
+            Ok(a) => self.op.resume(Answer::Store(Ok(a))),
+            Err(e) => {
+                let mut step = self.op.resume(Answer::Store(Err(StoreError(e.message))));
+                if let Step::Done(Err(end)) = &mut step
+                    && end.code == ErrorCode::StoreUnavailable
+                {
+                    end.code = e.code;
+                }
+                step
+            }
+        }
+    }
+
+    /// Applies events and answers store requests in place (a memory store) or turns them
+    /// into `LeaseStore` calls, until the machine needs the host or is done: `step` is then
+    /// that step, or the result is the `LeaseStore` call to make (its compact text).
+    fn drive(&mut self, step: &mut Step<String>) -> Option<String> {
         loop {
             let events = self.op.drain();
             if let Ok(mut shared) = self.shared.lock() {
                 shared.absorb(events);
             }
-            let req = match (&step, &self.memory) {
-                (Step::Need(Need::Store(req)), Some(_)) => req.clone(),
-                _ => break,
-            };
-            let answer = match self.memory.as_ref().map(|m| m.inner.lock()) {
-                Some(Ok(mut store)) => store.execute(req),
-                _ => Err(StoreError(super::memory::poisoned().message)),
-            };
-            step = self.op.resume(Answer::Store(answer));
+            let Step::Need(Need::Store(req)) = &*step else { break };
+            if let Some(memory) = &self.memory {
+                let answer = match memory.inner.lock() {
+                    Ok(mut store) => store.execute(req.clone()),
+                    Err(_) => Err(StoreError(super::memory::poisoned().message)),
+                };
+                *step = self.op.resume(Answer::Store(answer));
+                continue;
+            }
+            let Some(reference) = self.reference.as_mut() else { break };
+            match reference.start(req.clone()) {
+                Progress::Call(call) => return Some(call),
+                Progress::Answer(answer) => *step = self.answer(answer),
+            }
         }
-        let pending = self.shared.lock().map(|mut s| s.take_pending()).unwrap_or_default();
-        (step, pending)
+        None
     }
 
-    /// Drives `step` as far as Rust can; returns the step for JavaScript (JSON text),
+    /// Drives `step` as far as Rust can; returns the text for the host (the step's JSON,
+    /// with the receipts waiting for a sink, or a `LeaseStore` call's compact text),
     /// whether the operation is done, and the store request (JSON text) when it needs one.
-    fn run(&mut self, step: Step<String>) -> (String, bool, String) {
-        let (step, pending) = self.drive(step);
+    fn run(&mut self, mut step: Step<String>) -> (String, bool, String) {
+        if let Some(call) = self.drive(&mut step) {
+            return (call, false, String::new());
+        }
+        let pending = self.shared.lock().map(|mut s| s.take_pending()).unwrap_or_default();
+        if let Step::Done(Ok(_)) = step
+            && let Some(text) = self.op.finish(&pending)
+        {
+            return (text, true, String::new());
+        }
         let done = matches!(step, Step::Done(_));
         let request = match &step {
             Step::Need(Need::Store(req)) => serde_json::to_string(req).unwrap_or_default(),
@@ -220,23 +288,36 @@ impl BridgeFleet {
     /// (acquire keeps the reference's `{acquired:false, reason:"Invalid input"}` for bad
     /// values).
     pub fn begin(&self, kind: &str, args: &str) -> Begun {
-        self.begin_with(kind, args, self.memory.clone())
+        self.begin_with(kind, args, self.memory.clone(), None)
     }
 
     /// [`BridgeFleet::begin`], but every store request goes to the host even when a memory
     /// store is attached: for a host that routes one operation's requests to several stores
     /// (runs in one, effect intents in another). Counters and receipts are this fleet's.
     pub fn begin_on_host(&self, kind: &str, args: &str) -> Begun {
-        self.begin_with(kind, args, None)
+        self.begin_with(kind, args, None, None)
     }
 
-    fn begin_with(&self, kind: &str, args: &str, memory: Option<BridgeMemoryStore>) -> Begun {
+    /// [`BridgeFleet::begin`] over a store with the TypeScript package's `LeaseStore`
+    /// methods: each store request comes back as the calls of those methods the host makes
+    /// (the `reference` module docs; a write decided at most `cas_retries` times).
+    pub fn begin_on_reference(&self, kind: &str, args: &str, cas_retries: u32) -> Begun {
+        self.begin_with(kind, args, None, Some(Box::new(ReferenceStore::new(cas_retries))))
+    }
+
+    fn begin_with(
+        &self,
+        kind: &str,
+        args: &str,
+        memory: Option<BridgeMemoryStore>,
+        reference: Option<Box<ReferenceStore>>,
+    ) -> Begun {
         let config = self.shared.lock().map(|s| s.config).unwrap_or_default();
         let op = match Call::parse(kind, args) {
-            Ok(call) => build(call, config),
+            Ok(call) => build(call, config, reference.is_some()),
             Err(e) => return Begun::Done(step_json(&Step::Done(Err(e)), Vec::new())),
         };
-        let mut running = Running { op, shared: self.shared.clone(), memory };
+        let mut running = Running { op, shared: self.shared.clone(), memory, reference };
         let first = running.op.start();
         let (text, done, request) = running.run(first);
         if done { Begun::Done(text) } else { Begun::Pending(BridgeOp { running: Some(running), need: text, request }) }
@@ -318,6 +399,14 @@ impl BridgeOp {
             // A protocol failure ends the operation; nothing more is asked of the store.
             Err(e) => Step::Done(Err(e)),
         };
+        self.advance(step)
+    }
+
+    /// Drives the running operation on from `step` and keeps what it needs next.
+    fn advance(&mut self, step: Step<String>) -> String {
+        let Some(running) = self.running.as_mut() else {
+            return finished();
+        };
         let (text, done, request) = running.run(step);
         if done {
             self.running = None;
@@ -340,7 +429,53 @@ impl BridgeOp {
 
     /// The store failed (it threw or rejected): the operation ends with `store-unavailable`.
     pub fn resume_store_error(&mut self, message: &str) -> String {
+        if let Some(reference) = self.running.as_mut().and_then(|r| r.reference.as_mut()) {
+            reference.failed();
+        }
         self.resume(Ok(Answer::Store(Err(StoreError(message.to_owned())))))
+    }
+
+    /// Answers a `LeaseStore` call with `progress` made by the operation's [`ReferenceStore`].
+    fn resume_reference(&mut self, progress: impl FnOnce(&mut ReferenceStore) -> Progress) -> String {
+        let Some(running) = self.running.as_mut() else {
+            return finished();
+        };
+        if running.reference.is_none() {
+            let e = HeartError::new(ErrorCode::StoreProtocol, "a LeaseStore answer for an operation that made no call");
+            return self.resume(Err(e));
+        }
+        let Some(reference) = running.reference.as_mut() else { return finished() };
+        match progress(reference) {
+            Progress::Call(call) => {
+                self.need.clone_from(&call);
+                call
+            }
+            Progress::Answer(answer) => {
+                let step = running.answer(answer);
+                self.advance(step)
+            }
+        }
+    }
+
+    /// The `LeaseStore`'s `now()` answered, in milliseconds.
+    pub fn resume_clock(&mut self, ms: i64) -> String {
+        self.resume_reference(|r| r.clock(ms))
+    }
+
+    /// The `LeaseStore`'s `now()` (milliseconds) and `getRun` (the row as JSON, or `null`)
+    /// answered.
+    pub fn resume_read(&mut self, ms: i64, row: &str) -> String {
+        self.resume_reference(|r| r.read(ms, row))
+    }
+
+    /// The `LeaseStore`'s `conditionalUpdate` answered: the row (JSON) or `null`.
+    pub fn resume_written(&mut self, row: &str) -> String {
+        self.resume_reference(|r| r.written(row))
+    }
+
+    /// The `LeaseStore`'s `findExpiredLeases` answered: the rows (a JSON array).
+    pub fn resume_rows(&mut self, rows: &str) -> String {
+        self.resume_reference(|r| r.rows(rows))
     }
 
     /// The effect ledger's answer: `true` the first time the key was recorded.
@@ -491,6 +626,35 @@ mod tests {
         let text = op.resume_store(&answer);
         assert_eq!(json(&text)["ok"]["acquired"], true);
         assert_eq!(f.metrics().acquire_wins, 1);
+    }
+
+    #[test]
+    fn over_a_lease_store_the_cycle_is_its_calls_and_a_compact_answer() {
+        let f = BridgeFleet::new(Some(5), true);
+        let Begun::Pending(mut op) = f.begin_on_reference("acquire", r#"{"runId":"r","owner":"w","ttlSeconds":60}"#, 5)
+        else {
+            panic!("the host's store answers");
+        };
+        assert_eq!(op.need(), "G\u{1f}r", "the clock and the row first");
+        let row = serde_json::to_value(RunRow::ready("r", "k", Timestamp(1_785_369_600_000))).unwrap();
+        let cas = op.resume_read(1_785_369_600_000, &row.to_string());
+        assert!(cas.starts_with("u\u{1f}r\u{1f}{"), "{cas}");
+        let mut written = row.clone();
+        written["status"] = "leased".into();
+        written["lease_owner"] = "w".into();
+        written["lease_expires_at"] = "2026-07-30T00:01:00.000Z".into();
+        written["fencing_epoch"] = 1.into();
+        let done = op.resume_written(&written.to_string());
+        assert!(done.starts_with("A\u{1f}r\u{1f}"), "acquired, compactly: {done}");
+        assert!(op.is_done());
+        assert_eq!(f.metrics().acquire_wins, 1);
+        // A row of the wrong shape ends the operation with store-protocol, not store-unavailable.
+        let Begun::Pending(mut op) = f.begin_on_reference("getRun", r#"{"runId":"r"}"#, 5) else { panic!("pending") };
+        let bad = json(&op.resume_read(0, "\"ok\""));
+        assert_eq!(bad["error"]["code"], "store-protocol", "{bad}");
+        // What the contract cannot serve: invalid-input, before any call.
+        let Begun::Done(text) = f.begin_on_reference("listRuns", "{}", 5) else { panic!("refused at once") };
+        assert_eq!(json(&text)["error"]["code"], "invalid-input");
     }
 
     #[test]

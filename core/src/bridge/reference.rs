@@ -1,0 +1,910 @@
+//! The TypeScript package's `LeaseStore` contract, driven by the core.
+//!
+//! A user's store written to that contract has four methods and cannot run the core's
+//! request language:
+//!
+//! ```text
+//! getRun(runId) -> row | null
+//! conditionalUpdate(runId, updates, {eq}) -> updated row | null   (atomic)
+//! findExpiredLeases(nowIso, limit) -> rows
+//! now() -> Date
+//! ```
+//!
+//! [`ReferenceStore`] turns each store request of one operation into calls of those methods
+//! and decides the request with the core's own evaluator on the rows they return, so the
+//! host only makes the calls it is told to make ([`LeaseStoreCall`]):
+//!
+//! * a read (`read_run`): `now()`, then `getRun(id)`;
+//! * a conditional write (`update_run`): `now()`, `getRun(id)`, the decision on that row,
+//!   then `conditionalUpdate(id, patch, {eq})`, conditioned on every column the decision read
+//!   with the values as read (a compare-and-set). When the row changed in between, the write
+//!   misses and the request is decided again on a fresh read, at most `cas_retries` times;
+//!   then the request fails (`store-unavailable`, "kept changing"), never a silent miss;
+//! * the sweep's scan of expired leases: `now()`, then `findExpiredLeases(nowIso, limit)`;
+//! * a row the operation already read (a scanned row, the row of a missed write) answers the
+//!   operation's next request on that run, once, at the clock it was read at: one read per
+//!   decision;
+//! * every other request (effect intents, instances, run listings, find-or-create) has no
+//!   method in the contract: `invalid-input` naming what is missing, before any call.
+//!
+//! A row is taken as the store returned it: the schema's defaults where it has no value (or
+//! null in a NOT NULL column); heart-fleet's own columns (`fencing_epoch`) are neither
+//! compared nor written when the store's rows lack them.
+//!
+//! The calls cross to the host as compact text (values separated by
+//! [`COMPACT_SEPARATOR`](super::COMPACT_SEPARATOR)); see [`LeaseStoreCall::text`].
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::BridgeResult;
+use super::compact::COMPACT_SEPARATOR;
+use crate::request::{Cond, Record, RunCol, StoreReply, StoreRequest};
+use crate::{ErrorCode, HeartError, LeaseStore, MemoryStore, RunRow, StoreAnswer, Timestamp};
+
+/// The four methods of the contract, in the order the TypeScript package lists them.
+pub const LEASE_STORE_METHODS: [&str; 4] = ["getRun", "conditionalUpdate", "findExpiredLeases", "now"];
+
+/// How many times a write is decided, by default, when the row keeps changing under it.
+pub const DEFAULT_CAS_RETRIES: u32 = 5;
+
+/// The columns heart-fleet adds to the TypeScript package's `agent_runs` schema: a store
+/// whose rows lack them has them neither compared nor written.
+const OUR_RUN_COLUMNS: [RunCol; 1] = [RunCol::FencingEpoch];
+
+/// One call of the user's store that the host makes and answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaseStoreCall {
+    /// `now()`: answer with the milliseconds of the Date.
+    Now,
+    /// `now()`, then `getRun(runId)`: answer with both, the milliseconds and the row (JSON)
+    /// or `null`.
+    GetRun {
+        /// The run.
+        run_id: String,
+    },
+    /// `conditionalUpdate(runId, patch, {eq})`, where `eq` holds each named column with its
+    /// value in the row the host last read for this run (as read, not as the core took it):
+    /// answer with the row it returned (JSON) or `null`.
+    ConditionalUpdate {
+        /// The run.
+        run_id: String,
+        /// The columns to write and their values.
+        patch: Map<String, Value>,
+        /// The columns the write is conditioned on.
+        expect: Vec<&'static str>,
+    },
+    /// `findExpiredLeases(nowIso, limit)`: answer with the rows (a JSON array).
+    FindExpiredLeases {
+        /// The store's clock, ISO text.
+        now_iso: String,
+        /// At most this many rows.
+        limit: u32,
+    },
+}
+
+impl LeaseStoreCall {
+    /// The call as compact text: a tag, then its values separated by
+    /// [`COMPACT_SEPARATOR`](super::COMPACT_SEPARATOR). The tag is `T` for `now()`, `G` for
+    /// `now()` then `getRun` (then the run id), `U` for `conditionalUpdate` (then the run id,
+    /// the patch as JSON and the `eq` columns joined by commas) and `F` for
+    /// `findExpiredLeases` (then the clock's ISO text and the limit); upper case when the call
+    /// is the first of a store request (a host bounds each request's calls together), lower
+    /// case otherwise. No tag is `{` or one of the compact answers' (`A`, `N`, `R`, `V`).
+    pub fn text(&self, first: bool) -> String {
+        let sep = COMPACT_SEPARATOR;
+        let mut out = String::new();
+        let tag = match self {
+            LeaseStoreCall::Now => 'T',
+            LeaseStoreCall::GetRun { .. } => 'G',
+            LeaseStoreCall::ConditionalUpdate { .. } => 'U',
+            LeaseStoreCall::FindExpiredLeases { .. } => 'F',
+        };
+        out.push(if first { tag } else { tag.to_ascii_lowercase() });
+        match self {
+            LeaseStoreCall::Now => {}
+            LeaseStoreCall::GetRun { run_id } => {
+                let _ = write!(out, "{sep}{run_id}");
+            }
+            LeaseStoreCall::ConditionalUpdate { run_id, patch, expect } => {
+                let _ = write!(out, "{sep}{run_id}{sep}{}{sep}{}", super::to_text(patch), expect.join(","));
+            }
+            LeaseStoreCall::FindExpiredLeases { now_iso, limit } => {
+                let _ = write!(out, "{sep}{now_iso}{sep}{limit}");
+            }
+        }
+        out
+    }
+}
+
+/// What the host does next for one store request.
+#[derive(Debug)]
+#[expect(clippy::large_enum_variant, reason = "returned and matched at once; a box would allocate per answer")]
+pub(super) enum Progress {
+    /// Make this call (its compact text) and answer it.
+    Call(String),
+    /// The request's answer: resume the operation with it.
+    Answer(Result<StoreAnswer, HeartError>),
+}
+
+/// A row this operation read, and the clock it was read at.
+struct Known {
+    row: Option<Taken>,
+    ms: i64,
+}
+
+/// What the request in progress waits for.
+enum Wait {
+    /// `now()` (a `now` request, a scan).
+    Clock,
+    /// `now()` and `getRun`.
+    Read,
+    /// `conditionalUpdate` of this decision.
+    Written(Box<Decision>),
+    /// `findExpiredLeases`.
+    Expired,
+}
+
+struct Pending {
+    request: StoreRequest,
+    ms: i64,
+    /// Decided on a row read earlier in the operation (it proves only hits).
+    given: bool,
+    /// Compare-and-set writes lost so far.
+    lost: u32,
+    wait: Wait,
+}
+
+/// The compare-and-set decision of one `update_run` on one row.
+pub(super) struct Decision {
+    now: Timestamp,
+    before: Option<RunRow>,
+    after: Option<RunRow>,
+    /// The columns the decision read that the store's row has.
+    expect: Vec<&'static str>,
+    /// The columns the write changes.
+    patch: Map<String, Value>,
+}
+
+/// The store requests of one operation over a store with the `LeaseStore` methods (make one
+/// per operation: it remembers the rows the operation read). See the module docs.
+pub struct ReferenceStore {
+    cas_retries: u32,
+    known: HashMap<String, Known>,
+    pending: Option<Pending>,
+}
+
+fn protocol(message: String) -> HeartError {
+    HeartError::new(ErrorCode::StoreProtocol, format!("LeaseStore.{message}"))
+}
+
+/// What a returned value is, for a message (never the value itself: rows hold user data).
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(_) => "boolean".into(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) if s.is_empty() => "an empty string".into(),
+        Value::String(_) => "a string".into(),
+        Value::Array(_) => "an array".into(),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+fn unservable(what: &str) -> HeartError {
+    HeartError::invalid(format!(
+        "a store with only the LeaseStore methods ({}) cannot {what}: give HeartFleet a store with execute(request) \
+         (MemoryLeaseStore, PgLeaseStore, SupabaseLeaseStore or your own)",
+        LEASE_STORE_METHODS.join(", ")
+    ))
+}
+
+/// What the contract cannot serve of `request`, or `None` when it can.
+fn unservable_request(request: &StoreRequest) -> Option<HeartError> {
+    let what = match request {
+        StoreRequest::Now | StoreRequest::ReadRun { .. } | StoreRequest::UpdateRun { .. } => return None,
+        StoreRequest::ScanRuns { when, .. } if is_expired_scan(when) => return None,
+        StoreRequest::ScanRuns { when, .. } if mentions_dead_owner(when) => {
+            "find the runs of dead instances (use LivenessReclaimer with a LivenessStore)"
+        }
+        StoreRequest::ScanRuns { .. } => "list runs",
+        StoreRequest::EnsureRun(_) => "create runs (ensureResourceRun)",
+        StoreRequest::ClaimIntent(_) => "store effect intents (DurableEffectLedger, sendOnce)",
+        StoreRequest::UpdateIntent { .. } | StoreRequest::ScanIntents { .. } => {
+            "store effect intents (DurableEffectLedger, sendOnce, reconcileOutbox)"
+        }
+        StoreRequest::ReadLog { .. } => "read the outbox dispatch log (DurableEffectLedger)",
+        StoreRequest::UpsertInstance { .. } => {
+            "store agent instances (registerInstance; use LivenessReclaimer with a LivenessStore)"
+        }
+        StoreRequest::UpdateInstances { .. } => {
+            "store agent instances (heartbeatInstance, the liveness pass; use LivenessReclaimer with a LivenessStore)"
+        }
+        StoreRequest::ScanInstances { .. } => "store agent instances (use LivenessReclaimer with a LivenessStore)",
+    };
+    Some(unservable(what))
+}
+
+fn mentions_dead_owner(cond: &Cond<RunCol>) -> bool {
+    match cond {
+        Cond::OwnerInstanceDead { .. } => true,
+        Cond::And(all) | Cond::Or(all) => all.iter().any(mentions_dead_owner),
+        Cond::Not(c) => mentions_dead_owner(c),
+        _ => false,
+    }
+}
+
+/// A scan `findExpiredLeases` can serve: a top-level conjunct says every row it wants has an
+/// expired lease (and no instance table is read).
+fn is_expired_scan(when: &Cond<RunCol>) -> bool {
+    let expired = |c: &Cond<RunCol>| matches!(c, Cond::ExpiredAt(RunCol::LeaseExpiresAt));
+    let top = match when {
+        Cond::And(all) => all.iter().any(expired),
+        other => expired(other),
+    };
+    top && !mentions_dead_owner(when)
+}
+
+/// One value of a store's row: absent, null, or given.
+#[derive(Default)]
+enum Given<T> {
+    #[default]
+    Absent,
+    Null,
+    Is(T),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Given<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Option::<T>::deserialize(d).map(|v| v.map_or(Given::Null, Given::Is))
+    }
+}
+
+impl<T> Given<T> {
+    /// Whether the store's row has the column (null included).
+    fn present(&self) -> bool {
+        !matches!(self, Given::Absent)
+    }
+
+    /// A NOT NULL column: a given value, else the schema's default stays.
+    fn into(self, slot: &mut T) {
+        if let Given::Is(v) = self {
+            *slot = v;
+        }
+    }
+
+    /// A nullable column (its default is null).
+    fn into_opt(self, slot: &mut Option<T>) {
+        if let Given::Is(v) = self {
+            *slot = Some(v);
+        }
+    }
+}
+
+/// An `agent_runs` row as a user's store returns it: any column may be absent or null, and
+/// columns the schema does not have are ignored.
+#[derive(Deserialize)]
+struct AgentRunsRow {
+    #[serde(default)]
+    id: Given<String>,
+    #[serde(default)]
+    task_id: Given<String>,
+    #[serde(default)]
+    assignment_id: Given<String>,
+    #[serde(default)]
+    objective: Given<String>,
+    #[serde(default)]
+    required_capabilities: Given<Vec<String>>,
+    #[serde(default)]
+    status: Given<crate::RunStatus>,
+    #[serde(default)]
+    assigned_agent: Given<String>,
+    #[serde(default)]
+    lease_owner: Given<String>,
+    #[serde(default)]
+    lease_expires_at: Given<Timestamp>,
+    #[serde(default)]
+    retries: Given<i64>,
+    #[serde(default)]
+    budget: Given<Value>,
+    #[serde(default)]
+    approval_state: Given<String>,
+    #[serde(default)]
+    visibility: Given<String>,
+    #[serde(default)]
+    idempotency_key: Given<String>,
+    #[serde(default)]
+    created_by: Given<String>,
+    #[serde(default)]
+    created_at: Given<Timestamp>,
+    #[serde(default)]
+    updated_at: Given<Timestamp>,
+    #[serde(default)]
+    fencing_epoch: Given<i64>,
+}
+
+/// A row the core took from a store: the row, and which of the columns requests address
+/// ([`RunCol::ALL`]) the store's own row has.
+#[derive(Clone)]
+struct Taken {
+    run: RunRow,
+    present: Vec<&'static str>,
+}
+
+impl AgentRunsRow {
+    /// The row as the core takes it for `run_id`, at `at`: the schema's defaults where it has
+    /// no value (or null in a NOT NULL column). `Err`: the id it names instead (JSON).
+    fn take(self, run_id: &str, at: Timestamp) -> Result<Taken, String> {
+        let AgentRunsRow {
+            id,
+            task_id,
+            assignment_id,
+            objective,
+            required_capabilities,
+            status,
+            assigned_agent,
+            lease_owner,
+            lease_expires_at,
+            retries,
+            budget,
+            approval_state,
+            visibility,
+            idempotency_key,
+            created_by,
+            created_at,
+            updated_at,
+            fencing_epoch,
+        } = self;
+        match &id {
+            Given::Absent => {}
+            Given::Is(id) if id == run_id => {}
+            Given::Is(other) => return Err(format!("{other:?}")),
+            Given::Null => return Err("null".into()),
+        }
+        let present = [
+            (id.present(), RunCol::Id),
+            (status.present(), RunCol::Status),
+            (lease_owner.present(), RunCol::LeaseOwner),
+            (idempotency_key.present(), RunCol::IdempotencyKey),
+            (lease_expires_at.present(), RunCol::LeaseExpiresAt),
+            (updated_at.present(), RunCol::UpdatedAt),
+            (retries.present(), RunCol::Retries),
+            (fencing_epoch.present(), RunCol::FencingEpoch),
+        ]
+        .into_iter()
+        .filter(|(given, _)| *given)
+        .map(|(_, col)| col.name())
+        .collect();
+        let mut run = RunRow::ready(run_id, format!("key:{run_id}"), at);
+        task_id.into_opt(&mut run.task_id);
+        assignment_id.into(&mut run.assignment_id);
+        objective.into(&mut run.objective);
+        required_capabilities.into(&mut run.required_capabilities);
+        status.into(&mut run.status);
+        assigned_agent.into_opt(&mut run.assigned_agent);
+        lease_owner.into_opt(&mut run.lease_owner);
+        lease_expires_at.into_opt(&mut run.lease_expires_at);
+        retries.into(&mut run.retries);
+        budget.into_opt(&mut run.budget);
+        approval_state.into(&mut run.approval_state);
+        visibility.into(&mut run.visibility);
+        idempotency_key.into(&mut run.idempotency_key);
+        created_by.into(&mut run.created_by);
+        created_at.into(&mut run.created_at);
+        updated_at.into(&mut run.updated_at);
+        fencing_epoch.into(&mut run.fencing_epoch);
+        Ok(Taken { run, present })
+    }
+}
+
+/// What `method` returned for `run_id` (JSON text), as the core takes it: `None` for null.
+fn take_row(method: &str, text: &str, run_id: &str, at: Timestamp) -> Result<Option<Taken>, HeartError> {
+    match serde_json::from_str::<Option<AgentRunsRow>>(text) {
+        Ok(None) => Ok(None),
+        Ok(Some(row)) => row
+            .take(run_id, at)
+            .map(Some)
+            .map_err(|id| protocol(format!("{method} returned run {id} for run {run_id:?}"))),
+        Err(e) => Err(not_a_row(method, text, &e)),
+    }
+}
+
+/// Why `text` is not a row: its shape when it is not an object, else serde's reason.
+fn not_a_row(method: &str, text: &str, e: &serde_json::Error) -> HeartError {
+    match serde_json::from_str::<Value>(text) {
+        Err(_) => protocol(format!("{method} returned text that is not JSON: {e}")),
+        Ok(Value::Object(_)) => protocol(format!("{method} returned a row that is not an agent_runs row: {e}")),
+        Ok(other) => protocol(format!("{method} returned {}, not a row or null", describe(&other))),
+    }
+}
+
+/// `request` answered by the core's evaluator on `runs` at `ms`.
+pub(super) fn evaluate(request: StoreRequest, runs: Vec<RunRow>, ms: i64) -> Result<StoreAnswer, HeartError> {
+    let mut store = MemoryStore::new(Timestamp(ms));
+    for run in runs {
+        store.insert_exact(run).map_err(|e| protocol(format!("the rows: {}", e.0)))?;
+    }
+    store.execute(request).map_err(|e| HeartError::new(ErrorCode::StoreProtocol, e.0))
+}
+
+/// A column's value as a row's JSON holds it.
+fn plain(v: crate::request::ValRef<'_>) -> Value {
+    use crate::request::ValRef;
+    match v {
+        ValRef::Null => Value::Null,
+        ValRef::Text(t) => Value::String(t.to_owned()),
+        ValRef::Int(n) => Value::from(n),
+        ValRef::Time(t) => Value::String(t.to_iso()),
+        ValRef::Json(j) => j.clone(),
+    }
+}
+
+/// The compare-and-set decision of `request` (an `update_run`) on `run` at `ms`, for a store
+/// whose rows have the columns `present`: `after` is `None` when the condition does not hold;
+/// `expect`, the columns the decision read that the store's row has (the write is
+/// conditioned on their values as read); `patch`, the columns the write changes
+/// (heart-fleet's own columns only when the store's row has them; `updated_at` alone when
+/// nothing changes, so that the write still proves the condition).
+pub(super) fn decide(request: &StoreRequest, run: RunRow, present: &[&str], ms: i64) -> Result<Decision, HeartError> {
+    let StoreRequest::UpdateRun { run_id, when, set, .. } = request else {
+        return Err(HeartError::new(ErrorCode::StoreProtocol, "a decision is made on an update_run request"));
+    };
+    let has = |c: RunCol| present.contains(&c.name());
+    let mut reads = Vec::new();
+    when.columns_into(&mut reads);
+    set.iter().for_each(|(_, expr)| expr.columns_into(&mut reads));
+    let expect = RunCol::ALL.into_iter().filter(|c| reads.contains(c) && has(*c)).map(RunCol::name).collect();
+    let write =
+        StoreRequest::UpdateRun { run_id: run_id.clone(), when: when.clone(), set: set.clone(), want_before: true };
+    let answer = evaluate(write, vec![run], ms)?;
+    let (before, after) = match answer.reply {
+        StoreReply::RunWrite { before, after } => (before, after),
+        _ => (None, None),
+    };
+    let mut patch = Map::new();
+    if let (Some(was), Some(now)) = (&before, &after) {
+        for c in RunCol::ALL {
+            let ours = OUR_RUN_COLUMNS.contains(&c);
+            if was.get_ref(c) != now.get_ref(c) && (!ours || has(c)) {
+                patch.insert(c.name().to_owned(), plain(now.get_ref(c)));
+            }
+        }
+        if patch.is_empty() {
+            patch.insert("updated_at".into(), Value::String(now.updated_at.to_iso()));
+        }
+    }
+    Ok(Decision { now: answer.now, before, after, expect, patch })
+}
+
+fn miss(ms: i64) -> StoreAnswer {
+    StoreAnswer { now: Timestamp(ms), reply: StoreReply::RunWrite { before: None, after: None } }
+}
+
+impl ReferenceStore {
+    /// The requests of one operation; a write is decided at most `cas_retries` times.
+    pub fn new(cas_retries: u32) -> ReferenceStore {
+        ReferenceStore { cas_retries: cas_retries.max(1), known: HashMap::new(), pending: None }
+    }
+
+    fn call(&mut self, pending: Pending, call: LeaseStoreCall, first: bool) -> Progress {
+        self.pending = Some(pending);
+        Progress::Call(call.text(first))
+    }
+
+    fn answer(&mut self, answer: Result<StoreAnswer, HeartError>) -> Progress {
+        self.pending = None;
+        Progress::Answer(answer)
+    }
+
+    /// Starts one store request of the operation.
+    pub(super) fn start(&mut self, request: StoreRequest) -> Progress {
+        if let Some(e) = unservable_request(&request) {
+            return self.answer(Err(e));
+        }
+        let run_id = match &request {
+            StoreRequest::ReadRun { .. } | StoreRequest::UpdateRun { .. } => Some(run_of(&request).to_owned()),
+            _ => None,
+        };
+        let pending = Pending { request, ms: 0, given: false, lost: 0, wait: Wait::Clock };
+        match run_id {
+            Some(id) => match self.known.remove(&id) {
+                Some(known) => self.on_row(Pending { ms: known.ms, given: true, ..pending }, known.row),
+                None => self.call(Pending { wait: Wait::Read, ..pending }, LeaseStoreCall::GetRun { run_id: id }, true),
+            },
+            None => self.call(pending, LeaseStoreCall::Now, true),
+        }
+    }
+
+    /// The host's `now()` answered, in milliseconds.
+    pub(super) fn clock(&mut self, ms: i64) -> Progress {
+        let Some(pending) = self.pending.take().filter(|p| matches!(p.wait, Wait::Clock)) else {
+            return self.answer(Err(out_of_turn("now()")));
+        };
+        let pending = Pending { ms, ..pending };
+        match &pending.request {
+            StoreRequest::Now => self.answer(Ok(StoreAnswer { now: Timestamp(ms), reply: StoreReply::Now })),
+            StoreRequest::ScanRuns { limit, .. } => {
+                let call = LeaseStoreCall::FindExpiredLeases { now_iso: Timestamp(ms).to_iso(), limit: *limit };
+                self.call(Pending { wait: Wait::Expired, ..pending }, call, false)
+            }
+            _ => self.answer(Err(out_of_turn("now()"))),
+        }
+    }
+
+    /// The host's `now()` (milliseconds) and `getRun` (the row's JSON text or `null`) answered.
+    pub(super) fn read(&mut self, ms: i64, text: &str) -> Progress {
+        let Some(pending) = self.pending.take().filter(|p| matches!(p.wait, Wait::Read)) else {
+            return self.answer(Err(out_of_turn("a read")));
+        };
+        let row = match take_row("getRun", text, run_of(&pending.request), Timestamp(ms)) {
+            Ok(row) => row,
+            Err(e) => return self.answer(Err(e)),
+        };
+        self.on_row(Pending { ms, ..pending }, row)
+    }
+
+    /// The host's `conditionalUpdate` answered: the row's JSON text or `null`.
+    pub(super) fn written(&mut self, text: &str) -> Progress {
+        let Some(pending) = self.pending.take().filter(|p| matches!(p.wait, Wait::Written(_))) else {
+            return self.answer(Err(out_of_turn("a written row")));
+        };
+        match take_row("conditionalUpdate", text, run_of(&pending.request), Timestamp(pending.ms)) {
+            Ok(row) => self.on_written(pending, row),
+            Err(e) => self.answer(Err(e)),
+        }
+    }
+
+    /// The host's `findExpiredLeases` answered: the rows' JSON text (an array).
+    pub(super) fn rows(&mut self, text: &str) -> Progress {
+        let Some(pending) = self.pending.take().filter(|p| matches!(p.wait, Wait::Expired)) else {
+            return self.answer(Err(out_of_turn("rows")));
+        };
+        let list = match serde_json::from_str::<Vec<AgentRunsRow>>(text) {
+            Ok(list) => list,
+            Err(e) => return self.answer(Err(not_rows(text, &e))),
+        };
+        let at = Timestamp(pending.ms);
+        let mut runs = Vec::with_capacity(list.len());
+        for row in list {
+            let Given::Is(id) = &row.id else {
+                return self
+                    .answer(Err(protocol("findExpiredLeases returned a row without an id among its rows".into())));
+            };
+            let id = id.clone();
+            let taken = match row.take(&id, at) {
+                Ok(taken) => taken,
+                Err(other) => return self.answer(Err(protocol(format!("findExpiredLeases returned run {other}")))),
+            };
+            runs.push(taken.run.clone());
+            // A scanned row is the read of the write that follows.
+            self.known.insert(id, Known { row: Some(taken), ms: pending.ms });
+        }
+        let answer = evaluate(pending.request, runs, pending.ms);
+        self.answer(answer)
+    }
+
+    /// The host's call failed: the request ends (the operation is resumed with the failure).
+    pub(super) fn failed(&mut self) {
+        self.pending = None;
+    }
+
+    /// A read of the request's run came back (`None`: no run).
+    fn on_row(&mut self, pending: Pending, row: Option<Taken>) -> Progress {
+        let StoreRequest::UpdateRun { run_id, .. } = &pending.request else {
+            let runs = row.map(|t| vec![t.run]).unwrap_or_default();
+            let answer = evaluate(pending.request, runs, pending.ms);
+            return self.answer(answer);
+        };
+        let run_id = run_id.clone();
+        let decision = match &row {
+            Some(t) => match decide(&pending.request, t.run.clone(), &t.present, pending.ms) {
+                Ok(d) => d.after.is_some().then_some(d),
+                Err(e) => return self.answer(Err(e)),
+            },
+            None => None,
+        };
+        match decision {
+            Some(d) => {
+                let call =
+                    LeaseStoreCall::ConditionalUpdate { run_id, patch: d.patch.clone(), expect: d.expect.clone() };
+                let first = pending.given;
+                self.call(Pending { wait: Wait::Written(Box::new(d)), ..pending }, call, first)
+            }
+            // A row read earlier in the operation proves only hits: decide a miss on a fresh read.
+            None if pending.given => {
+                let call = LeaseStoreCall::GetRun { run_id };
+                self.call(Pending { given: false, wait: Wait::Read, ..pending }, call, false)
+            }
+            None => {
+                // The read that follows a miss (to explain it) is answered with this one.
+                let ms = pending.ms;
+                self.known.insert(run_id, Known { row, ms });
+                self.answer(Ok(miss(ms)))
+            }
+        }
+    }
+
+    /// The conditional write came back (`None`: it missed).
+    fn on_written(&mut self, pending: Pending, row: Option<Taken>) -> Progress {
+        let Pending { request, ms, lost, wait: Wait::Written(decision), .. } = pending else {
+            return self.answer(Err(out_of_turn("a written row")));
+        };
+        let StoreRequest::UpdateRun { run_id, want_before, .. } = &request else {
+            return self.answer(Err(out_of_turn("a written row")));
+        };
+        let Some(after) = row else {
+            // The row changed since the read: decide again on a fresh one.
+            let lost = lost + 1;
+            if lost >= self.cas_retries {
+                let message =
+                    format!("LeaseStore: run {run_id} kept changing (compare-and-set lost {} times)", self.cas_retries);
+                return self.answer(Err(HeartError::new(ErrorCode::StoreUnavailable, message)));
+            }
+            let call = LeaseStoreCall::GetRun { run_id: run_id.clone() };
+            let pending = Pending { request, ms, given: false, lost, wait: Wait::Read };
+            return self.call(pending, call, false);
+        };
+        let before = if *want_before { decision.before } else { None };
+        let reply = StoreReply::RunWrite { before, after: Some(after.run) };
+        self.answer(Ok(StoreAnswer { now: decision.now, reply }))
+    }
+}
+
+/// Why `text` is not a list of rows: its shape when it is not an array, else serde's reason.
+fn not_rows(text: &str, e: &serde_json::Error) -> HeartError {
+    match serde_json::from_str::<Value>(text) {
+        Err(_) => protocol(format!("findExpiredLeases returned text that is not JSON: {e}")),
+        Ok(Value::Array(rows)) => match rows.iter().find(|r| !r.is_object()) {
+            Some(row) => protocol(format!("findExpiredLeases returned {} among its rows", describe(row))),
+            None => protocol(format!("findExpiredLeases returned a row that is not an agent_runs row: {e}")),
+        },
+        Ok(other) => protocol(format!("findExpiredLeases returned {}, not an array of rows", describe(&other))),
+    }
+}
+
+/// One operation's store requests over a store with the `LeaseStore` methods, one request at
+/// a time as JSON text: for a host that routes an operation's requests itself (some to this
+/// store, some to another) and so drives them apart from the operation
+/// ([`BridgeFleet::begin_on_reference`](super::BridgeFleet::begin_on_reference) is the
+/// direct path). Each method returns the next call's compact text ([`LeaseStoreCall::text`])
+/// or, once the request is decided, its StoreAnswer (JSON text, starting with `{`); a failure
+/// is the error, with its code.
+pub struct BridgeReferenceRequests {
+    store: ReferenceStore,
+}
+
+fn text_of(progress: Progress) -> BridgeResult<String> {
+    match progress {
+        Progress::Call(call) => Ok(call),
+        Progress::Answer(answer) => answer.map(|a| super::to_text(&a)),
+    }
+}
+
+impl BridgeReferenceRequests {
+    /// The requests of one operation; a write is decided at most `cas_retries` times.
+    pub fn new(cas_retries: u32) -> BridgeReferenceRequests {
+        BridgeReferenceRequests { store: ReferenceStore::new(cas_retries) }
+    }
+
+    /// Starts one request (StoreRequest JSON text).
+    pub fn start(&mut self, request: &str) -> BridgeResult<String> {
+        let request = serde_json::from_str::<StoreRequest>(request)
+            .map_err(|e| HeartError::new(ErrorCode::StoreProtocol, format!("not a StoreRequest: {e}")))?;
+        text_of(self.store.start(request))
+    }
+
+    /// `now()` answered, in milliseconds.
+    pub fn clock(&mut self, ms: i64) -> BridgeResult<String> {
+        text_of(self.store.clock(ms))
+    }
+
+    /// `now()` (milliseconds) and `getRun` (the row as JSON, or `null`) answered.
+    pub fn read(&mut self, ms: i64, row: &str) -> BridgeResult<String> {
+        text_of(self.store.read(ms, row))
+    }
+
+    /// `conditionalUpdate` answered: the row (JSON) or `null`.
+    pub fn written(&mut self, row: &str) -> BridgeResult<String> {
+        text_of(self.store.written(row))
+    }
+
+    /// `findExpiredLeases` answered: the rows (a JSON array).
+    pub fn rows(&mut self, rows: &str) -> BridgeResult<String> {
+        text_of(self.store.rows(rows))
+    }
+
+    /// A call failed: the request ends.
+    pub fn failed(&mut self) {
+        self.store.failed();
+    }
+}
+
+/// The run of a `read_run` or `update_run` (empty for other requests, which read no row).
+fn run_of(request: &StoreRequest) -> &str {
+    match request {
+        StoreRequest::ReadRun { run_id } | StoreRequest::UpdateRun { run_id, .. } => run_id,
+        _ => "",
+    }
+}
+
+fn out_of_turn(what: &str) -> HeartError {
+    HeartError::new(ErrorCode::StoreProtocol, format!("LeaseStore: {what} answered when no call asked for it"))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::request::{Expr, Val};
+
+    const T0: i64 = 1_785_369_600_000;
+
+    fn take() -> StoreRequest {
+        StoreRequest::UpdateRun {
+            run_id: "r".into(),
+            when: Cond::Eq(RunCol::Status, Val::Text("ready".into())),
+            set: vec![
+                (RunCol::Status, Expr::Val(Val::Text("leased".into()))),
+                (RunCol::FencingEpoch, Expr::Add(RunCol::FencingEpoch, 1)),
+            ],
+            want_before: false,
+        }
+    }
+
+    fn row() -> Value {
+        serde_json::to_value(RunRow::ready("r", "k", Timestamp(T0))).unwrap()
+    }
+
+    fn names<'a>(cols: &[&'a str]) -> Vec<&'a str> {
+        cols.to_vec()
+    }
+
+    fn call(p: Progress) -> String {
+        match p {
+            Progress::Call(text) => text,
+            Progress::Answer(a) => panic!("expected a call, got {a:?}"),
+        }
+    }
+
+    fn answer(p: Progress) -> Result<StoreAnswer, HeartError> {
+        match p {
+            Progress::Answer(a) => a,
+            Progress::Call(text) => panic!("expected an answer, got the call {text:?}"),
+        }
+    }
+
+    #[test]
+    fn a_hit_writes_what_changed_conditioned_on_what_was_read() {
+        let run = RunRow::ready("r", "k", Timestamp(T0));
+        let d = decide(&take(), run.clone(), &names(&["id", "status", "fencing_epoch", "updated_at"]), T0 + 5).unwrap();
+        assert_eq!(d.expect, ["status", "fencing_epoch"]);
+        assert_eq!(Value::Object(d.patch), json!({"status": "leased", "fencing_epoch": 1}));
+        assert_eq!(d.before.map(|r| r.status), Some(crate::RunStatus::Ready));
+        // A row without our columns has them neither compared nor written.
+        let d = decide(&take(), run, &names(&["id", "status"]), T0).unwrap();
+        assert_eq!(d.expect, ["status"]);
+        assert_eq!(Value::Object(d.patch), json!({"status": "leased"}));
+    }
+
+    #[test]
+    fn a_write_that_changes_nothing_still_writes_updated_at_and_a_miss_writes_nothing() {
+        let touch = StoreRequest::UpdateRun {
+            run_id: "r".into(),
+            when: Cond::Eq(RunCol::Status, Val::Text("ready".into())),
+            set: vec![(RunCol::UpdatedAt, Expr::Now)],
+            want_before: false,
+        };
+        let run = RunRow::ready("r", "k", Timestamp(T0));
+        let d = decide(&touch, run.clone(), &names(&["status"]), T0).unwrap();
+        assert_eq!(Value::Object(d.patch), json!({"updated_at": "2026-07-30T00:00:00.000Z"}));
+        let no = StoreRequest::UpdateRun {
+            run_id: "r".into(),
+            when: Cond::Eq(RunCol::Status, Val::Text("leased".into())),
+            set: vec![],
+            want_before: false,
+        };
+        let d = decide(&no, run, &names(&["status"]), T0).unwrap();
+        assert!(d.after.is_none() && d.patch.is_empty());
+    }
+
+    #[test]
+    fn a_write_is_a_read_with_the_clock_then_a_compare_and_set_on_the_columns_read() {
+        let mut s = ReferenceStore::new(3);
+        assert_eq!(call(s.start(take())), "G\u{1f}r");
+        let cas = call(s.read(T0, &row().to_string()));
+        assert_eq!(cas, "u\u{1f}r\u{1f}{\"fencing_epoch\":1,\"status\":\"leased\"}\u{1f}status,fencing_epoch");
+        let mut written = row();
+        written["status"] = json!("leased");
+        let a = answer(s.written(&written.to_string())).unwrap();
+        let StoreReply::RunWrite { before: None, after: Some(after) } = a.reply else { panic!("{a:?}") };
+        assert_eq!(after.status, crate::RunStatus::Leased);
+    }
+
+    #[test]
+    fn a_lost_compare_and_set_is_decided_again_then_reported_never_a_silent_miss() {
+        let mut s = ReferenceStore::new(2);
+        call(s.start(take()));
+        call(s.read(T0, &row().to_string()));
+        assert_eq!(call(s.written("null")), "g\u{1f}r", "a fresh clock and read");
+        call(s.read(T0, &row().to_string()));
+        let e = answer(s.written("null")).unwrap_err();
+        assert_eq!(e.code, ErrorCode::StoreUnavailable);
+        assert!(e.message.contains("kept changing (compare-and-set lost 2 times)"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_row_of_a_miss_answers_the_read_that_explains_it_without_another_call() {
+        let mut s = ReferenceStore::new(3);
+        let mut held = row();
+        held["status"] = json!("leased");
+        call(s.start(take()));
+        let a = answer(s.read(T0, &held.to_string())).unwrap();
+        assert!(matches!(a.reply, StoreReply::RunWrite { after: None, .. }));
+        let read = answer(s.start(StoreRequest::ReadRun { run_id: "r".into() })).unwrap();
+        let StoreReply::Run { run: Some(run) } = read.reply else { panic!("{read:?}") };
+        assert_eq!(run.status, crate::RunStatus::Leased);
+        // Once: the next read calls the store again.
+        assert_eq!(call(s.start(StoreRequest::ReadRun { run_id: "r".into() })), "G\u{1f}r");
+    }
+
+    #[test]
+    fn a_wrong_shaped_row_is_store_protocol_and_defaults_fill_what_a_row_lacks() {
+        for (text, says) in [
+            ("\"ok\"", "getRun returned a string, not a row or null"),
+            ("{\"id\":\"other\"}", "returned run \"other\" for run \"r\""),
+            ("{\"retries\":\"many\"}", "not an agent_runs row"),
+            ("not json", "not JSON"),
+        ] {
+            let mut s = ReferenceStore::new(3);
+            call(s.start(StoreRequest::ReadRun { run_id: "r".into() }));
+            let e = answer(s.read(T0, text)).unwrap_err();
+            assert_eq!(e.code, ErrorCode::StoreProtocol, "{text}");
+            assert!(e.message.contains(says), "{text}: {}", e.message);
+        }
+        let mut s = ReferenceStore::new(3);
+        call(s.start(StoreRequest::ReadRun { run_id: "r".into() }));
+        let a = answer(s.read(T0, r#"{"status":"ready","lease_owner":null,"retries":null}"#)).unwrap();
+        let StoreReply::Run { run: Some(run) } = a.reply else { panic!("{a:?}") };
+        assert_eq!((run.id.as_str(), run.retries, run.idempotency_key.as_str()), ("r", 0, "key:r"));
+    }
+
+    #[test]
+    fn requests_the_contract_cannot_serve_are_invalid_input_before_any_call() {
+        let mut s = ReferenceStore::new(3);
+        let list =
+            StoreRequest::ScanRuns { when: Cond::True, order: crate::request::RunOrder::UpdatedAtDesc, limit: 5 };
+        let e = answer(s.start(list)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidInput);
+        assert!(e.message.contains("cannot list runs") && e.message.contains("execute(request)"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_sweep_scans_with_find_expired_leases_and_its_rows_are_the_reads_of_its_writes() {
+        let mut s = ReferenceStore::new(3);
+        let when = Cond::And(vec![
+            Cond::In(RunCol::Status, vec![Val::Text("leased".into())]),
+            Cond::ExpiredAt(RunCol::LeaseExpiresAt),
+        ]);
+        let scan = StoreRequest::ScanRuns { when, order: crate::request::RunOrder::UpdatedAtDesc, limit: 7 };
+        assert_eq!(call(s.start(scan)), "T");
+        assert_eq!(call(s.clock(T0)), "f\u{1f}2026-07-30T00:00:00.000Z\u{1f}7");
+        let mut held = row();
+        held["status"] = json!("leased");
+        let a = answer(s.rows(&json!([held]).to_string())).unwrap();
+        assert!(matches!(a.reply, StoreReply::Runs { ref runs } if runs.len() == 1), "{a:?}");
+        let reclaim = StoreRequest::UpdateRun {
+            run_id: "r".into(),
+            when: Cond::Eq(RunCol::Status, Val::Text("leased".into())),
+            set: vec![(RunCol::Status, Expr::Val(Val::Text("ready".into())))],
+            want_before: true,
+        };
+        // No clock, no read: the write is the first call of its request.
+        assert!(call(s.start(reclaim)).starts_with("U\u{1f}r\u{1f}"));
+        let e = answer(s.rows("[{\"status\":\"leased\"}]")).unwrap_err();
+        assert_eq!(e.code, ErrorCode::StoreProtocol, "an answer out of turn");
+    }
+}
