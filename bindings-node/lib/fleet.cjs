@@ -107,6 +107,59 @@ function stepOf(text) {
 }
 
 /**
+ * An operation waiting for JavaScript, by its handle in the fleet's native half (the native
+ * module keeps it; a native object per operation would cost more than most operations).
+ */
+class Operation {
+  constructor(nf, handle) {
+    this.nf = nf;
+    this.handle = handle;
+  }
+  need() {
+    return this.nf.need(this.handle);
+  }
+  request() {
+    return this.nf.request(this.handle);
+  }
+  resumeStore(answer) {
+    return this.nf.resumeStore(this.handle, answer);
+  }
+  resumeStoreError(message) {
+    return this.nf.resumeStoreError(this.handle, message);
+  }
+  resumeClock(ms) {
+    return this.nf.resumeClock(this.handle, ms);
+  }
+  resumeRead(ms, row) {
+    return this.nf.resumeRead(this.handle, ms, row);
+  }
+  resumeWritten(row) {
+    return this.nf.resumeWritten(this.handle, row);
+  }
+  resumeRows(rows) {
+    return this.nf.resumeRows(this.handle, rows);
+  }
+  resumeRecorded(first) {
+    return this.nf.resumeRecorded(this.handle, first);
+  }
+  resumeRecordedError(message) {
+    return this.nf.resumeRecordedError(this.handle, message);
+  }
+  resumeEffect(value) {
+    return this.nf.resumeEffect(this.handle, value);
+  }
+  resumeEffectError(message) {
+    return this.nf.resumeEffectError(this.handle, message);
+  }
+  resumeProbe(verdict) {
+    return this.nf.resumeProbe(this.handle, verdict);
+  }
+  resumeProbeError(message) {
+    return this.nf.resumeProbeError(this.handle, message);
+  }
+}
+
+/**
  * Resumes the machine with a store's failure (the core names the step). Our own coded
  * errors keep their code: a wrong-shaped answer (store-protocol) and a request the store's
  * contract cannot serve (invalid-input); anything else is store-unavailable.
@@ -142,11 +195,26 @@ async function driveStep(fleet, kind, argsText, host, storeFor) {
     if (step.receipts) deliver(fleet, step.receipts);
     return step;
   }
-  const op = first;
+  const op = new Operation(nf, first);
+  let finished = false;
+  try {
+    return await driveOperation(fleet, op, host, storeFor, (step) => {
+      finished = step.done === true;
+    });
+  } finally {
+    // An operation left behind by an exception is freed; a finished one was freed already
+    // (and its handle may belong to another operation by now).
+    if (!finished) nf.abandon(first);
+  }
+}
+
+/** The loop of driveStep over a begun operation; `seen(step)` hears every step. */
+async function driveOperation(fleet, op, host, storeFor, seen) {
   const calls = operationCalls(fleet);
   let step = stepOf(op.need());
   let hostThrew = null;
   for (;;) {
+    seen(step);
     if (step.receipts) deliver(fleet, step.receipts);
     if (step.done) {
       if (calls) settle(calls);

@@ -1,10 +1,11 @@
-//! The sans-I/O operation class: [`NativeFleet`] builds and starts a core machine,
-//! [`NativeOp`] is resumed by the JavaScript driving loop. Both are thin napi wrappers over
-//! [`heart_fleet_core::bridge`], whose docs hold the step protocol (JSON text, one object
-//! per step).
+//! The sans-I/O operation class: [`NativeFleet`] builds and starts core machines and keeps
+//! the ones waiting for JavaScript by handle (a number: a JS object per operation, with its
+//! finalizer, would cost more than most operations), resumed by the JavaScript driving
+//! loop. A thin napi wrapper over [`heart_fleet_core::bridge`], whose docs hold the step
+//! protocol (JSON text, one object per step).
 
 use heart_fleet_core::FencingToken;
-use heart_fleet_core::bridge::{Begun, BridgeFleet, BridgeOp, failed_step, token_of};
+use heart_fleet_core::bridge::{Admitted, BridgeFleet, BridgeOps, failed_step, token_of};
 use heart_fleet_core::metrics::HeartMetrics;
 use napi::bindgen_prelude::Either;
 use napi_derive::napi;
@@ -72,6 +73,15 @@ impl From<&HeartMetrics> for Metrics {
 #[napi]
 pub struct NativeFleet {
     inner: BridgeFleet,
+    ops: BridgeOps,
+}
+
+/// A begun operation as JavaScript gets it: the final step's text, or the handle to resume.
+fn admitted(a: Admitted) -> Either<String, u32> {
+    match a {
+        Admitted::Done(text) => Either::A(text),
+        Admitted::Pending(handle) => Either::B(handle),
+    }
 }
 
 #[napi]
@@ -80,7 +90,7 @@ impl NativeFleet {
     /// receipts are handed to JavaScript with each step instead of being kept.
     #[napi(constructor)]
     pub fn new(max_retries: Option<u32>, sink: bool) -> NativeFleet {
-        NativeFleet { inner: BridgeFleet::new(max_retries, sink) }
+        NativeFleet { inner: BridgeFleet::new(max_retries, sink), ops: BridgeOps::new() }
     }
 
     /// Answers store requests of this fleet's operations from a Rust memory store,
@@ -91,23 +101,20 @@ impl NativeFleet {
     }
 
     /// Builds operation `kind` from `args` (JSON) and starts it. Returns the final step
-    /// (JSON text) when it finished without JavaScript, else the operation to resume.
+    /// (JSON text) when it finished without JavaScript, else the handle of the operation to
+    /// resume.
     #[napi]
-    pub fn begin(&self, kind: String, args: String) -> Either<String, NativeOp> {
-        match self.inner.begin(&kind, &args) {
-            Begun::Done(text) => Either::A(text),
-            Begun::Pending(op) => Either::B(NativeOp { inner: op }),
-        }
+    pub fn begin(&mut self, kind: String, args: String) -> Either<String, u32> {
+        let begun = self.inner.begin(&kind, &args);
+        admitted(self.ops.admit(begun))
     }
 
     /// `begin`, but every store request comes back to JavaScript even with a memory store
     /// attached (for a host that routes an operation's requests to several stores).
     #[napi]
-    pub fn begin_on_host(&self, kind: String, args: String) -> Either<String, NativeOp> {
-        match self.inner.begin_on_host(&kind, &args) {
-            Begun::Done(text) => Either::A(text),
-            Begun::Pending(op) => Either::B(NativeOp { inner: op }),
-        }
+    pub fn begin_on_host(&mut self, kind: String, args: String) -> Either<String, u32> {
+        let begun = self.inner.begin_on_host(&kind, &args);
+        admitted(self.ops.admit(begun))
     }
 
     /// `begin` over a store with the TypeScript package's `LeaseStore` methods: each store
@@ -115,11 +122,9 @@ impl NativeFleet {
     /// `bridge::reference`), answered with `resumeClock`, `resumeRead`, `resumeWritten` and `resumeRows`; a
     /// write is decided at most `casRetries` times when the row keeps changing.
     #[napi]
-    pub fn begin_on_reference(&self, kind: String, args: String, cas_retries: u32) -> Either<String, NativeOp> {
-        match self.inner.begin_on_reference(&kind, &args, cas_retries) {
-            Begun::Done(text) => Either::A(text),
-            Begun::Pending(op) => Either::B(NativeOp { inner: op }),
-        }
+    pub fn begin_on_reference(&mut self, kind: String, args: String, cas_retries: u32) -> Either<String, u32> {
+        let begun = self.inner.begin_on_reference(&kind, &args, cas_retries);
+        admitted(self.ops.admit(begun))
     }
 
     /// `acquire` on the attached memory store, answered in the core's compact form (its
@@ -215,105 +220,109 @@ pub fn compact_layouts() -> String {
     heart_fleet_core::bridge::compact_layouts()
 }
 
-/// One operation waiting for JavaScript. Resume it with the answer to its current need.
+/// The operations waiting for JavaScript, by handle: resume one with the answer to its
+/// current need. A finished operation's handle is freed (and reused); an unknown handle is
+/// the `store-protocol` step of a finished operation.
 #[napi]
-pub struct NativeOp {
-    inner: BridgeOp,
-}
-
-#[napi]
-impl NativeOp {
-    /// The current need (JSON text).
+impl NativeFleet {
+    /// The current need of operation `handle` (JSON text, or a `LeaseStore` call's compact
+    /// text).
     #[napi]
-    pub fn need(&self) -> String {
-        self.inner.need().to_owned()
+    pub fn need(&self, handle: u32) -> String {
+        self.ops.need(handle).to_owned()
     }
 
     /// The store request of the current need (StoreRequest JSON text; empty when the need
     /// is not a store request).
     #[napi]
-    pub fn request(&self) -> String {
-        self.inner.request().to_owned()
+    pub fn request(&self, handle: u32) -> String {
+        self.ops.request(handle).to_owned()
     }
 
     /// The store's answer (StoreAnswer JSON). Text that is not a StoreAnswer ends the
     /// operation with `store-protocol`.
     #[napi]
-    pub fn resume_store(&mut self, answer: String) -> String {
-        self.inner.resume_store(&answer)
+    pub fn resume_store(&mut self, handle: u32, answer: String) -> String {
+        self.ops.resume(handle, |op| op.resume_store(&answer))
     }
 
     /// The store failed (it threw or rejected): the operation ends with `store-unavailable`.
     #[napi]
-    pub fn resume_store_error(&mut self, message: String) -> String {
-        self.inner.resume_store_error(&message)
+    pub fn resume_store_error(&mut self, handle: u32, message: String) -> String {
+        self.ops.resume(handle, |op| op.resume_store_error(&message))
     }
 
     /// The `LeaseStore`'s `now()` answered, in milliseconds.
     #[napi]
-    pub fn resume_clock(&mut self, ms: i64) -> String {
-        self.inner.resume_clock(ms)
+    pub fn resume_clock(&mut self, handle: u32, ms: i64) -> String {
+        self.ops.resume(handle, |op| op.resume_clock(ms))
     }
 
     /// The `LeaseStore`'s `now()` (milliseconds) and `getRun` (the row as JSON, or `null`)
     /// answered.
     #[napi]
-    pub fn resume_read(&mut self, ms: i64, row: String) -> String {
-        self.inner.resume_read(ms, &row)
+    pub fn resume_read(&mut self, handle: u32, ms: i64, row: String) -> String {
+        self.ops.resume(handle, |op| op.resume_read(ms, &row))
     }
 
     /// The `LeaseStore`'s `conditionalUpdate` answered: the row (JSON) or `null`.
     #[napi]
-    pub fn resume_written(&mut self, row: String) -> String {
-        self.inner.resume_written(&row)
+    pub fn resume_written(&mut self, handle: u32, row: String) -> String {
+        self.ops.resume(handle, |op| op.resume_written(&row))
     }
 
     /// The `LeaseStore`'s `findExpiredLeases` answered: the rows (a JSON array).
     #[napi]
-    pub fn resume_rows(&mut self, rows: String) -> String {
-        self.inner.resume_rows(&rows)
+    pub fn resume_rows(&mut self, handle: u32, rows: String) -> String {
+        self.ops.resume(handle, |op| op.resume_rows(&rows))
     }
 
     /// The effect ledger's answer: `true` the first time the key was recorded.
     #[napi]
-    pub fn resume_recorded(&mut self, first: bool) -> String {
-        self.inner.resume_recorded(first)
+    pub fn resume_recorded(&mut self, handle: u32, first: bool) -> String {
+        self.ops.resume(handle, |op| op.resume_recorded(first))
     }
 
     /// The effect ledger failed.
     #[napi]
-    pub fn resume_recorded_error(&mut self, message: String) -> String {
-        self.inner.resume_recorded_error(&message)
+    pub fn resume_recorded_error(&mut self, handle: u32, message: String) -> String {
+        self.ops.resume(handle, |op| op.resume_recorded_error(&message))
     }
 
     /// The effect's result (JSON; the `external_ref` evidence for send-once).
     #[napi]
-    pub fn resume_effect(&mut self, value: String) -> String {
-        self.inner.resume_effect(&value)
+    pub fn resume_effect(&mut self, handle: u32, value: String) -> String {
+        self.ops.resume(handle, |op| op.resume_effect(&value))
     }
 
     /// The effect threw.
     #[napi]
-    pub fn resume_effect_error(&mut self, message: String) -> String {
-        self.inner.resume_effect_error(&message)
+    pub fn resume_effect_error(&mut self, handle: u32, message: String) -> String {
+        self.ops.resume(handle, |op| op.resume_effect_error(&message))
     }
 
     /// The probe's verdict: `{"status":"sent","externalRef":…}`, `{"status":"not-sent"}` or
     /// `{"status":"unknown"}`. Anything else counts as a probe failure.
     #[napi]
-    pub fn resume_probe(&mut self, verdict: String) -> String {
-        self.inner.resume_probe(&verdict)
+    pub fn resume_probe(&mut self, handle: u32, verdict: String) -> String {
+        self.ops.resume(handle, |op| op.resume_probe(&verdict))
     }
 
     /// The probe threw.
     #[napi]
-    pub fn resume_probe_error(&mut self, message: String) -> String {
-        self.inner.resume_probe_error(&message)
+    pub fn resume_probe_error(&mut self, handle: u32, message: String) -> String {
+        self.ops.resume(handle, |op| op.resume_probe_error(&message))
     }
 
-    /// Whether the operation finished.
+    /// Gives up on operation `handle` (frees it; nothing for an unknown handle).
     #[napi]
-    pub fn is_done(&self) -> bool {
-        self.inner.is_done()
+    pub fn abandon(&mut self, handle: u32) {
+        self.ops.abandon(handle);
+    }
+
+    /// How many operations wait for JavaScript.
+    #[napi]
+    pub fn pending(&self) -> u32 {
+        u32::try_from(self.ops.pending()).unwrap_or(u32::MAX)
     }
 }

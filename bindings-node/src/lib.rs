@@ -5,13 +5,13 @@
 //! shares. It holds no lease logic of its own. The JavaScript half
 //! (`index.cjs`) is the public API; this module gives it:
 //!
-//! * [`NativeFleet`] and [`NativeOp`]: the sans-I/O operation class. `NativeFleet::begin`
-//!   builds one of the core's [`heart_fleet_core::ops`] machines from JSON arguments and
-//!   starts it. When the fleet is attached to a [`NativeMemoryStore`], store requests are
-//!   answered synchronously inside Rust; every other need (a JS store's request, the effect
-//!   ledger, the effect itself, a reconcile probe) is handed to JavaScript as JSON, and the
-//!   JS async loop resumes the [`NativeOp`] with the answer. Receipts and counters are
-//!   applied to the fleet after every step, in order.
+//! * [`NativeFleet`]: the sans-I/O operation class. `NativeFleet::begin` builds one of the
+//!   core's [`heart_fleet_core::ops`] machines from JSON arguments and starts it. When the
+//!   fleet is attached to a [`NativeMemoryStore`], store requests are answered synchronously
+//!   inside Rust; every other need (a JS store's request, a `LeaseStore` method call, the
+//!   effect ledger, the effect itself, a reconcile probe) is handed to JavaScript, and the
+//!   JS async loop resumes the operation, by its handle, with the answer. Receipts and
+//!   counters are applied to the fleet after every step, in order.
 //! * [`NativeMemoryStore`]: the core's deterministic [`heart_fleet_core::MemoryStore`].
 //! * [`NativeLeaseSession`]: the core's execute-with-lease state ([`heart_fleet_core::session`]);
 //!   JavaScript owns the timers.

@@ -434,13 +434,19 @@ test('the process survives garbage sent straight to the native module', () => {
         const step = JSON.parse(r);
         assert.ok(step.done);
       } else {
-        assert.equal(JSON.parse(r.resumeStore('garbage')).error.code, 'store-protocol');
-        assert.equal(JSON.parse(r.resumeStore('{}')).error.code, 'store-protocol');
+        assert.equal(JSON.parse(fleet.resumeStore(r, 'garbage')).error.code, 'store-protocol');
+        assert.equal(JSON.parse(fleet.resumeStore(r, '{}')).error.code, 'store-protocol');
       }
     }
   }
+  assert.equal(fleet.pending(), 0, 'every finished operation freed its handle');
+  // A handle that is not an operation's (finished, or never given) ends nothing else.
+  assert.equal(JSON.parse(fleet.resumeStore(12345, '{}')).error.code, 'store-protocol');
+  assert.equal(fleet.need(12345), '');
+  fleet.abandon(12345);
   for (const bad of [undefined, null, 1, {}, 10n, Symbol('s')]) {
     assert.throws(() => fleet.begin(bad, bad), (e) => e instanceof Error);
+    if (typeof bad !== 'number') assert.throws(() => fleet.resumeStore(bad, '{}'), (e) => e instanceof Error);
   }
   assert.throws(() => native.NativeLeaseSession.create(0, null), (e) => e.code === 'invalid-input');
   assert.throws(() => native.canonicalizeJson('[1,'), (e) => e.code === 'invalid-input');

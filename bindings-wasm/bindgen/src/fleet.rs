@@ -1,7 +1,9 @@
-//! [`NativeFleet`] and [`NativeOp`]: the step protocol of [`heart_fleet_core::bridge`].
+//! [`NativeFleet`]: the step protocol of [`heart_fleet_core::bridge`], with the operations
+//! that wait for JavaScript kept by handle (a number: a wasm-bindgen object per operation,
+//! with its finalizer, would cost more than most operations).
 
 use heart_fleet_core::FencingToken;
-use heart_fleet_core::bridge::{Begun, BridgeFleet, BridgeOp, failed_step, token_of};
+use heart_fleet_core::bridge::{Admitted, BridgeFleet, BridgeOp, BridgeOps, failed_step, token_of};
 use wasm_bindgen::prelude::*;
 
 use crate::{NativeMemoryStore, int, num, opt_int, parse, text};
@@ -11,6 +13,7 @@ use crate::{NativeMemoryStore, int, num, opt_int, parse, text};
 #[wasm_bindgen]
 pub struct NativeFleet {
     inner: BridgeFleet,
+    ops: BridgeOps,
 }
 
 #[wasm_bindgen]
@@ -24,7 +27,7 @@ impl NativeFleet {
             Some(n) => Some(crate::uint32("maxRetries", &JsValue::from_f64(num(n)))?),
         };
         let sink = sink.as_bool().ok_or_else(|| crate::invalid("sink must be a boolean"))?;
-        Ok(NativeFleet { inner: BridgeFleet::new(max, sink) })
+        Ok(NativeFleet { inner: BridgeFleet::new(max, sink), ops: BridgeOps::new() })
     }
 
     /// Answers store requests of this fleet's operations from a memory store, inside the
@@ -36,19 +39,21 @@ impl NativeFleet {
 
     /// Builds operation `kind` from `args` (JSON) and starts it. Returns the final step
     /// (JSON text) when it finished without JavaScript, else the operation to resume.
-    pub fn begin(&self, kind: JsValue, args: JsValue) -> Result<JsValue, JsValue> {
+    pub fn begin(&mut self, kind: JsValue, args: JsValue) -> Result<JsValue, JsValue> {
         let kind = text("kind", &kind)?;
         let args = text("args", &args)?;
-        Ok(begun(self.inner.begin(&kind, &args)))
+        let begun = self.inner.begin(&kind, &args);
+        Ok(admitted(self.ops.admit(begun)))
     }
 
     /// `begin`, but every store request comes back to JavaScript even with a memory store
     /// attached (for a host that routes an operation's requests to several stores).
     #[wasm_bindgen(js_name = beginOnHost)]
-    pub fn begin_on_host(&self, kind: JsValue, args: JsValue) -> Result<JsValue, JsValue> {
+    pub fn begin_on_host(&mut self, kind: JsValue, args: JsValue) -> Result<JsValue, JsValue> {
         let kind = text("kind", &kind)?;
         let args = text("args", &args)?;
-        Ok(begun(self.inner.begin_on_host(&kind, &args)))
+        let begun = self.inner.begin_on_host(&kind, &args);
+        Ok(admitted(self.ops.admit(begun)))
     }
 
     /// `begin` over a store with the TypeScript package's `LeaseStore` methods: each store
@@ -56,11 +61,17 @@ impl NativeFleet {
     /// `bridge::reference`), answered with `resumeClock`, `resumeRead`, `resumeWritten` and `resumeRows`; a
     /// write is decided at most `casRetries` times when the row keeps changing.
     #[wasm_bindgen(js_name = beginOnReference)]
-    pub fn begin_on_reference(&self, kind: JsValue, args: JsValue, cas_retries: JsValue) -> Result<JsValue, JsValue> {
+    pub fn begin_on_reference(
+        &mut self,
+        kind: JsValue,
+        args: JsValue,
+        cas_retries: JsValue,
+    ) -> Result<JsValue, JsValue> {
         let kind = text("kind", &kind)?;
         let args = text("args", &args)?;
         let cas_retries = crate::uint32("casRetries", &cas_retries)?;
-        Ok(begun(self.inner.begin_on_reference(&kind, &args, cas_retries)))
+        let begun = self.inner.begin_on_reference(&kind, &args, cas_retries);
+        Ok(admitted(self.ops.admit(begun)))
     }
 
     /// `acquire` on the attached memory store, answered in the core's compact form (its
@@ -166,112 +177,130 @@ pub fn compact_layouts() -> String {
     heart_fleet_core::bridge::compact_layouts()
 }
 
-/// One operation waiting for JavaScript. Resume it with the answer to its current need.
+/// The operations waiting for JavaScript, by handle: resume one with the answer to its
+/// current need. A finished operation's handle is freed (and reused); an unknown handle is
+/// the `store-protocol` step of a finished operation.
 #[wasm_bindgen]
-pub struct NativeOp {
-    inner: BridgeOp,
-}
-
-#[wasm_bindgen]
-impl NativeOp {
-    /// The current need (JSON text).
-    pub fn need(&self) -> String {
-        self.inner.need().to_owned()
+impl NativeFleet {
+    /// The current need of operation `handle` (JSON text, or a `LeaseStore` call's compact
+    /// text).
+    pub fn need(&self, handle: JsValue) -> Result<String, JsValue> {
+        Ok(self.ops.need(crate::uint32("handle", &handle)?).to_owned())
     }
 
     /// The store request of the current need (StoreRequest JSON text; empty when the need
     /// is not a store request).
-    pub fn request(&self) -> String {
-        self.inner.request().to_owned()
+    pub fn request(&self, handle: JsValue) -> Result<String, JsValue> {
+        Ok(self.ops.request(crate::uint32("handle", &handle)?).to_owned())
+    }
+
+    fn resume(&mut self, handle: &JsValue, answer: impl FnOnce(&mut BridgeOp) -> String) -> Result<String, JsValue> {
+        Ok(self.ops.resume(crate::uint32("handle", handle)?, answer))
     }
 
     /// The store's answer (StoreAnswer JSON). Text that is not a StoreAnswer ends the
     /// operation with `store-protocol`.
     #[wasm_bindgen(js_name = resumeStore)]
-    pub fn resume_store(&mut self, answer: JsValue) -> Result<String, JsValue> {
-        Ok(self.inner.resume_store(&text("answer", &answer)?))
+    pub fn resume_store(&mut self, handle: JsValue, answer: JsValue) -> Result<String, JsValue> {
+        let answer = text("answer", &answer)?;
+        self.resume(&handle, |op| op.resume_store(&answer))
     }
 
     /// The store failed (it threw or rejected): the operation ends with `store-unavailable`.
     #[wasm_bindgen(js_name = resumeStoreError)]
-    pub fn resume_store_error(&mut self, message: JsValue) -> Result<String, JsValue> {
-        Ok(self.inner.resume_store_error(&text("message", &message)?))
+    pub fn resume_store_error(&mut self, handle: JsValue, message: JsValue) -> Result<String, JsValue> {
+        let message = text("message", &message)?;
+        self.resume(&handle, |op| op.resume_store_error(&message))
     }
 
     /// The `LeaseStore`'s `now()` answered, in milliseconds.
     #[wasm_bindgen(js_name = resumeClock)]
-    pub fn resume_clock(&mut self, ms: JsValue) -> Result<String, JsValue> {
-        Ok(self.inner.resume_clock(int("ms", &ms)?))
+    pub fn resume_clock(&mut self, handle: JsValue, ms: JsValue) -> Result<String, JsValue> {
+        let ms = int("ms", &ms)?;
+        self.resume(&handle, |op| op.resume_clock(ms))
     }
 
     /// The `LeaseStore`'s `now()` (milliseconds) and `getRun` (the row as JSON, or `null`)
     /// answered.
     #[wasm_bindgen(js_name = resumeRead)]
-    pub fn resume_read(&mut self, ms: JsValue, row: JsValue) -> Result<String, JsValue> {
-        Ok(self.inner.resume_read(int("ms", &ms)?, &text("row", &row)?))
+    pub fn resume_read(&mut self, handle: JsValue, ms: JsValue, row: JsValue) -> Result<String, JsValue> {
+        let (ms, row) = (int("ms", &ms)?, text("row", &row)?);
+        self.resume(&handle, |op| op.resume_read(ms, &row))
     }
 
     /// The `LeaseStore`'s `conditionalUpdate` answered: the row (JSON) or `null`.
     #[wasm_bindgen(js_name = resumeWritten)]
-    pub fn resume_written(&mut self, row: JsValue) -> Result<String, JsValue> {
-        Ok(self.inner.resume_written(&text("row", &row)?))
+    pub fn resume_written(&mut self, handle: JsValue, row: JsValue) -> Result<String, JsValue> {
+        let row = text("row", &row)?;
+        self.resume(&handle, |op| op.resume_written(&row))
     }
 
     /// The `LeaseStore`'s `findExpiredLeases` answered: the rows (a JSON array).
     #[wasm_bindgen(js_name = resumeRows)]
-    pub fn resume_rows(&mut self, rows: JsValue) -> Result<String, JsValue> {
-        Ok(self.inner.resume_rows(&text("rows", &rows)?))
+    pub fn resume_rows(&mut self, handle: JsValue, rows: JsValue) -> Result<String, JsValue> {
+        let rows = text("rows", &rows)?;
+        self.resume(&handle, |op| op.resume_rows(&rows))
     }
 
     /// The effect ledger's answer: `true` the first time the key was recorded.
     #[wasm_bindgen(js_name = resumeRecorded)]
-    pub fn resume_recorded(&mut self, first: JsValue) -> Result<String, JsValue> {
+    pub fn resume_recorded(&mut self, handle: JsValue, first: JsValue) -> Result<String, JsValue> {
         let first = first.as_bool().ok_or_else(|| crate::invalid("first must be a boolean"))?;
-        Ok(self.inner.resume_recorded(first))
+        self.resume(&handle, |op| op.resume_recorded(first))
     }
 
     /// The effect ledger failed.
     #[wasm_bindgen(js_name = resumeRecordedError)]
-    pub fn resume_recorded_error(&mut self, message: JsValue) -> Result<String, JsValue> {
-        Ok(self.inner.resume_recorded_error(&text("message", &message)?))
+    pub fn resume_recorded_error(&mut self, handle: JsValue, message: JsValue) -> Result<String, JsValue> {
+        let message = text("message", &message)?;
+        self.resume(&handle, |op| op.resume_recorded_error(&message))
     }
 
     /// The effect's result (JSON; the `external_ref` evidence for send-once).
     #[wasm_bindgen(js_name = resumeEffect)]
-    pub fn resume_effect(&mut self, value: JsValue) -> Result<String, JsValue> {
-        Ok(self.inner.resume_effect(&text("value", &value)?))
+    pub fn resume_effect(&mut self, handle: JsValue, value: JsValue) -> Result<String, JsValue> {
+        let value = text("value", &value)?;
+        self.resume(&handle, |op| op.resume_effect(&value))
     }
 
     /// The effect threw.
     #[wasm_bindgen(js_name = resumeEffectError)]
-    pub fn resume_effect_error(&mut self, message: JsValue) -> Result<String, JsValue> {
-        Ok(self.inner.resume_effect_error(&text("message", &message)?))
+    pub fn resume_effect_error(&mut self, handle: JsValue, message: JsValue) -> Result<String, JsValue> {
+        let message = text("message", &message)?;
+        self.resume(&handle, |op| op.resume_effect_error(&message))
     }
 
     /// The probe's verdict: `{"status":"sent","externalRef":…}`, `{"status":"not-sent"}` or
     /// `{"status":"unknown"}`. Anything else counts as a probe failure.
     #[wasm_bindgen(js_name = resumeProbe)]
-    pub fn resume_probe(&mut self, verdict: JsValue) -> Result<String, JsValue> {
-        Ok(self.inner.resume_probe(&text("verdict", &verdict)?))
+    pub fn resume_probe(&mut self, handle: JsValue, verdict: JsValue) -> Result<String, JsValue> {
+        let verdict = text("verdict", &verdict)?;
+        self.resume(&handle, |op| op.resume_probe(&verdict))
     }
 
     /// The probe threw.
     #[wasm_bindgen(js_name = resumeProbeError)]
-    pub fn resume_probe_error(&mut self, message: JsValue) -> Result<String, JsValue> {
-        Ok(self.inner.resume_probe_error(&text("message", &message)?))
+    pub fn resume_probe_error(&mut self, handle: JsValue, message: JsValue) -> Result<String, JsValue> {
+        let message = text("message", &message)?;
+        self.resume(&handle, |op| op.resume_probe_error(&message))
     }
 
-    /// Whether the operation finished.
-    #[wasm_bindgen(js_name = isDone)]
-    pub fn is_done(&self) -> bool {
-        self.inner.is_done()
+    /// Gives up on operation `handle` (frees it; nothing for an unknown handle).
+    pub fn abandon(&mut self, handle: JsValue) -> Result<(), JsValue> {
+        self.ops.abandon(crate::uint32("handle", &handle)?);
+        Ok(())
+    }
+
+    /// How many operations wait for JavaScript.
+    pub fn pending(&self) -> f64 {
+        f64::from(u32::try_from(self.ops.pending()).unwrap_or(u32::MAX))
     }
 }
 
-/// A begun operation as JavaScript gets it: the final step's JSON text, or the operation.
-fn begun(b: Begun) -> JsValue {
-    match b {
-        Begun::Done(step) => JsValue::from_str(&step),
-        Begun::Pending(op) => NativeOp { inner: op }.into(),
+/// A begun operation as JavaScript gets it: the final step's JSON text, or its handle.
+fn admitted(a: Admitted) -> JsValue {
+    match a {
+        Admitted::Done(step) => JsValue::from_str(&step),
+        Admitted::Pending(handle) => JsValue::from_f64(f64::from(handle)),
     }
 }

@@ -6,7 +6,8 @@
 //! (`bindings-node/native.d.ts`). The build bundles that same driver with this module in
 //! place of the napi one, so Node and Deno run one JavaScript API over one Rust core.
 //!
-//! * [`NativeFleet`] / [`NativeOp`]: the sans-I/O step protocol (see the bridge's docs).
+//! * [`NativeFleet`]: the sans-I/O step protocol (see the bridge's docs), its operations
+//!   waiting for JavaScript kept by handle.
 //!   Store requests go to the host's store from the JavaScript async loop, so stores may
 //!   answer with Promises (Deno KV, `fetch`); a fleet attached to a [`NativeMemoryStore`]
 //!   answers them inside the module.

@@ -57,26 +57,54 @@ trait DynOp {
 struct Typed<T> {
     machine: Machine<T>,
     out: fn(T) -> String,
-    /// The compact form of the lease cycle's results, when the host takes it: the result is
-    /// kept (the step says `Done(Ok(""))`) and written by `finish` with its receipts.
-    compact: Option<Encode<T>>,
-    kept: Option<T>,
 }
 
-impl<T> Typed<T> {
-    fn map(&mut self, step: Step<T>) -> Step<String> {
-        match step {
-            Step::Need(n) => Step::Need(n),
-            Step::Done(Ok(v)) if self.compact.is_some() => {
-                self.kept = Some(v);
-                Step::Done(Ok(String::new()))
-            }
-            Step::Done(r) => Step::Done(r.map(self.out)),
-        }
+fn map_step<T>(step: Step<T>, out: fn(T) -> String) -> Step<String> {
+    match step {
+        Step::Need(n) => Step::Need(n),
+        Step::Done(r) => Step::Done(r.map(out)),
     }
 }
 
 impl<T: 'static> DynOp for Typed<T> {
+    fn start(&mut self) -> Step<String> {
+        map_step(self.machine.start(), self.out)
+    }
+    fn resume(&mut self, answer: Answer) -> Step<String> {
+        map_step(self.machine.resume(answer), self.out)
+    }
+    fn drain(&mut self) -> Vec<Event> {
+        self.machine.drain_events()
+    }
+    fn finish(&mut self, _: &[HeartReceipt]) -> Option<String> {
+        None
+    }
+}
+
+/// A lease-cycle operation answered in the compact form (`bridge::compact`): its result is
+/// kept (the step says `Done(Ok(""))`) and written by `finish` with its receipts. A type of
+/// its own, so that only the four lease-cycle results carry the compact writer.
+struct Compact<T> {
+    machine: Machine<T>,
+    out: fn(T) -> String,
+    encode: Encode<T>,
+    kept: Option<T>,
+}
+
+impl<T> Compact<T> {
+    fn map(&mut self, step: Step<T>) -> Step<String> {
+        match step {
+            Step::Need(n) => Step::Need(n),
+            Step::Done(Ok(v)) => {
+                self.kept = Some(v);
+                Step::Done(Ok(String::new()))
+            }
+            Step::Done(Err(e)) => Step::Done(Err(e)),
+        }
+    }
+}
+
+impl<T: 'static> DynOp for Compact<T> {
     fn start(&mut self) -> Step<String> {
         let step = self.machine.start();
         self.map(step)
@@ -90,7 +118,7 @@ impl<T: 'static> DynOp for Typed<T> {
     }
     fn finish(&mut self, receipts: &[HeartReceipt]) -> Option<String> {
         let value = self.kept.take()?;
-        let compact = self.compact.and_then(|encode| compact_answer(&value, encode, receipts));
+        let compact = compact_answer(&value, self.encode, receipts);
         Some(compact.unwrap_or_else(|| step_json(&Step::Done(Ok((self.out)(value))), receipts.to_vec())))
     }
 }
@@ -100,7 +128,7 @@ fn to_json<T: serde::Serialize>(v: T) -> String {
 }
 
 fn boxed<T: serde::Serialize + Send + 'static>(machine: Machine<T>) -> Box<dyn DynOp + Send> {
-    Box::new(Typed { machine, out: to_json::<T>, compact: None, kept: None })
+    Box::new(Typed { machine, out: to_json::<T> })
 }
 
 /// A lease-cycle operation, answered compactly when `compact` (the `bridge::compact` form).
@@ -109,7 +137,7 @@ fn cycle<T: serde::Serialize + Send + 'static>(
     encode: Encode<T>,
     compact: bool,
 ) -> Box<dyn DynOp + Send> {
-    Box::new(Typed { machine, out: to_json::<T>, compact: compact.then_some(encode), kept: None })
+    if compact { Box::new(Compact { machine, out: to_json::<T>, encode, kept: None }) } else { boxed(machine) }
 }
 
 fn ensured((run, created): (crate::RunRow, bool)) -> String {
@@ -146,7 +174,7 @@ fn build(call: Call, cfg: FleetConfig, compact: bool) -> Box<dyn DynOp + Send> {
         Call::ForceRelease { run_id } => boxed(ops::force_release(&run_id)),
         Call::EnsureResourceRun { kind, key, objective, created_by } => {
             let machine = ops::ensure_resource_run(&kind, &key, &objective, &created_by);
-            Box::new(Typed { machine, out: ensured, compact: None, kept: None })
+            Box::new(Typed { machine, out: ensured })
         }
     }
 }
@@ -523,6 +551,91 @@ impl BridgeOp {
     }
 }
 
+/// The operations of one fleet waiting for the host, each by a handle (a small integer):
+/// for hosts where an object per operation costs more than the operation itself (a napi-rs
+/// or wasm-bindgen class instance is an engine object with a finalizer the garbage collector
+/// runs later). A finished operation's slot is freed at once and its handle reused;
+/// [`BridgeOps::abandon`] frees the slot of one the host gives up on.
+#[derive(Debug, Default)]
+pub struct BridgeOps {
+    slots: Vec<Option<BridgeOp>>,
+    free: Vec<u32>,
+}
+
+/// What a host gets for a begun operation from [`BridgeOps::admit`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admitted {
+    /// It finished without the host: the final step's text.
+    Done(String),
+    /// It waits for the host: resume it by this handle.
+    Pending(u32),
+}
+
+impl BridgeOps {
+    /// No operations.
+    pub fn new() -> BridgeOps {
+        BridgeOps::default()
+    }
+
+    /// Keeps a begun operation that waits for the host, under a fresh handle.
+    pub fn admit(&mut self, begun: Begun) -> Admitted {
+        let op = match begun {
+            Begun::Done(text) => return Admitted::Done(text),
+            Begun::Pending(op) => op,
+        };
+        if let Some(handle) = self.free.pop()
+            && let Some(slot) = self.slots.get_mut(handle as usize)
+        {
+            *slot = Some(op);
+            return Admitted::Pending(handle);
+        }
+        self.slots.push(Some(op));
+        Admitted::Pending(u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX))
+    }
+
+    /// The current need of operation `handle` (empty for an unknown handle).
+    pub fn need(&self, handle: u32) -> &str {
+        self.get(handle).map_or("", BridgeOp::need)
+    }
+
+    /// The store request of operation `handle`'s current need (empty when none).
+    pub fn request(&self, handle: u32) -> &str {
+        self.get(handle).map_or("", BridgeOp::request)
+    }
+
+    fn get(&self, handle: u32) -> Option<&BridgeOp> {
+        self.slots.get(handle as usize).and_then(Option::as_ref)
+    }
+
+    /// Resumes operation `handle` with `answer` (one of [`BridgeOp`]'s `resume_*`); a finished
+    /// operation's slot is freed. An unknown handle (finished, abandoned, never given) is the
+    /// `store-protocol` step of a finished operation.
+    pub fn resume(&mut self, handle: u32, answer: impl FnOnce(&mut BridgeOp) -> String) -> String {
+        let Some(op) = self.slots.get_mut(handle as usize).and_then(Option::as_mut) else {
+            return finished();
+        };
+        let text = answer(op);
+        if op.is_done() {
+            self.abandon(handle);
+        }
+        text
+    }
+
+    /// Frees operation `handle`'s slot (nothing for an unknown handle).
+    pub fn abandon(&mut self, handle: u32) {
+        if let Some(slot) = self.slots.get_mut(handle as usize)
+            && slot.take().is_some()
+        {
+            self.free.push(handle);
+        }
+    }
+
+    /// How many operations wait for the host.
+    pub fn pending(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_some()).count()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -655,6 +768,29 @@ mod tests {
         // What the contract cannot serve: invalid-input, before any call.
         let Begun::Done(text) = f.begin_on_reference("listRuns", "{}", 5) else { panic!("refused at once") };
         assert_eq!(json(&text)["error"]["code"], "invalid-input");
+    }
+
+    #[test]
+    fn operations_by_handle_free_their_slot_when_done_and_reuse_it() {
+        let f = fleet(None);
+        let mut ops = BridgeOps::new();
+        let verify = r#"{"fence":{"runId":"r","owner":"w","leaseExpiresAt":"2026-07-30T00:01:00.000Z"}}"#;
+        let Admitted::Pending(a) = ops.admit(f.begin("verifyFence", verify)) else { panic!("pending") };
+        let Admitted::Pending(b) = ops.admit(f.begin("verifyFence", verify)) else { panic!("pending") };
+        assert_ne!(a, b);
+        assert_eq!(json(ops.request(a))["op"], "update_run");
+        assert_eq!(ops.pending(), 2);
+        let done = json(&ops.resume(a, |op| op.resume_store_error("reset")));
+        assert_eq!(done["error"]["code"], "store-unavailable");
+        assert_eq!(ops.pending(), 1, "a finished operation's slot is freed");
+        assert_eq!(json(&ops.resume(a, |op| op.resume_store("{}")))["error"]["code"], "store-protocol");
+        assert_eq!(ops.need(a), "");
+        let Admitted::Pending(c) = ops.admit(f.begin("verifyFence", verify)) else { panic!("pending") };
+        assert_eq!(c, a, "the freed handle is reused");
+        ops.abandon(b);
+        ops.abandon(b);
+        assert_eq!(ops.pending(), 1);
+        assert!(matches!(ops.admit(f.begin("nope", "{}")), Admitted::Done(_)));
     }
 
     #[test]

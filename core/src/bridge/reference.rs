@@ -286,44 +286,110 @@ impl<T> Given<T> {
 
 /// An `agent_runs` row as a user's store returns it: any column may be absent or null, and
 /// columns the schema does not have are ignored.
-#[derive(Deserialize)]
+#[derive(Default)]
 struct AgentRunsRow {
-    #[serde(default)]
     id: Given<String>,
-    #[serde(default)]
     task_id: Given<String>,
-    #[serde(default)]
     assignment_id: Given<String>,
-    #[serde(default)]
     objective: Given<String>,
-    #[serde(default)]
     required_capabilities: Given<Vec<String>>,
-    #[serde(default)]
     status: Given<crate::RunStatus>,
-    #[serde(default)]
     assigned_agent: Given<String>,
-    #[serde(default)]
     lease_owner: Given<String>,
-    #[serde(default)]
     lease_expires_at: Given<Timestamp>,
-    #[serde(default)]
     retries: Given<i64>,
-    #[serde(default)]
     budget: Given<Value>,
-    #[serde(default)]
     approval_state: Given<String>,
-    #[serde(default)]
     visibility: Given<String>,
-    #[serde(default)]
     idempotency_key: Given<String>,
-    #[serde(default)]
     created_by: Given<String>,
-    #[serde(default)]
     created_at: Given<Timestamp>,
-    #[serde(default)]
     updated_at: Given<Timestamp>,
-    #[serde(default)]
     fencing_epoch: Given<i64>,
+}
+
+/// The columns of [`AgentRunsRow`], in its order.
+const AGENT_RUNS_COLUMNS: [&str; 18] = [
+    "id",
+    "task_id",
+    "assignment_id",
+    "objective",
+    "required_capabilities",
+    "status",
+    "assigned_agent",
+    "lease_owner",
+    "lease_expires_at",
+    "retries",
+    "budget",
+    "approval_state",
+    "visibility",
+    "idempotency_key",
+    "created_by",
+    "created_at",
+    "updated_at",
+    "fencing_epoch",
+];
+
+/// A key of a row: the index of its column, `None` for a column the schema does not have.
+struct ColumnKey(Option<usize>);
+
+impl<'de> Deserialize<'de> for ColumnKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = ColumnKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a column name")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ColumnKey, E> {
+                Ok(ColumnKey(AGENT_RUNS_COLUMNS.iter().position(|c| *c == v)))
+            }
+        }
+        d.deserialize_identifier(Name)
+    }
+}
+
+// By hand, not derived: a map visitor alone (no sequence form) keeps the `.wasm` small.
+impl<'de> Deserialize<'de> for AgentRunsRow {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Row;
+        impl<'de> serde::de::Visitor<'de> for Row {
+            type Value = AgentRunsRow;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an agent_runs row")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<AgentRunsRow, A::Error> {
+                let mut row = AgentRunsRow::default();
+                while let Some(ColumnKey(column)) = map.next_key()? {
+                    match column {
+                        Some(0) => row.id = map.next_value()?,
+                        Some(1) => row.task_id = map.next_value()?,
+                        Some(2) => row.assignment_id = map.next_value()?,
+                        Some(3) => row.objective = map.next_value()?,
+                        Some(4) => row.required_capabilities = map.next_value()?,
+                        Some(5) => row.status = map.next_value()?,
+                        Some(6) => row.assigned_agent = map.next_value()?,
+                        Some(7) => row.lease_owner = map.next_value()?,
+                        Some(8) => row.lease_expires_at = map.next_value()?,
+                        Some(9) => row.retries = map.next_value()?,
+                        Some(10) => row.budget = map.next_value()?,
+                        Some(11) => row.approval_state = map.next_value()?,
+                        Some(12) => row.visibility = map.next_value()?,
+                        Some(13) => row.idempotency_key = map.next_value()?,
+                        Some(14) => row.created_by = map.next_value()?,
+                        Some(15) => row.created_at = map.next_value()?,
+                        Some(16) => row.updated_at = map.next_value()?,
+                        Some(17) => row.fencing_epoch = map.next_value()?,
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(row)
+            }
+        }
+        d.deserialize_map(Row)
+    }
 }
 
 /// A row the core took from a store: the row, and which of the columns requests address
