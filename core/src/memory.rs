@@ -47,6 +47,38 @@ impl Lookup for Tables<'_> {
     }
 }
 
+/// `run` after the conditional write `when` / `set` at `now`, as this store writes a run,
+/// decided on that row alone (no other table: a condition on another table's rows does not
+/// hold); `None` when the condition does not hold. For stores that decide a write outside
+/// the database and write it back with a compare-and-set (`bridge::reference`).
+pub(crate) fn written_run(
+    run: &RunRow,
+    when: &Cond<RunCol>,
+    set: &[Assign<RunCol>],
+    now: Timestamp,
+) -> Result<Option<RunRow>, String> {
+    let (index, instances) = (HashMap::new(), BTreeMap::new());
+    let tables = Tables { runs: &[], index: &index, instances: &instances };
+    if !when.eval(run, now, &tables) {
+        return Ok(None);
+    }
+    let mut after = run.clone();
+    // Every assignment is evaluated against the row before the write.
+    for (c, e) in set {
+        let value = match e {
+            Expr::Val(literal) => literal.clone(),
+            _ => {
+                let mut value = Val::Null;
+                e.eval_into(run, now, &tables, &mut value)?;
+                value
+            }
+        };
+        run.check(*c, &value)?;
+        after.set(*c, value)?;
+    }
+    Ok(Some(after))
+}
+
 impl MemoryStore {
     /// A store whose clock starts at `now` (the reference defaults to the Unix epoch).
     pub fn new(now: Timestamp) -> MemoryStore {

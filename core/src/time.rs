@@ -114,8 +114,18 @@ impl Serialize for Timestamp {
 
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        Timestamp::parse_iso(&text).map_err(serde::de::Error::custom)
+        // A visitor, not a String: the text is parsed where it lies, without a copy.
+        struct Iso;
+        impl serde::de::Visitor<'_> for Iso {
+            type Value = Timestamp;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an ISO-8601 instant")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Timestamp, E> {
+                Timestamp::parse_iso(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(Iso)
     }
 }
 

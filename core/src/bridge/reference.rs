@@ -513,9 +513,10 @@ fn plain(v: crate::request::ValRef<'_>) -> Value {
 /// `expect`, the columns the decision read that the store's row has (the write is
 /// conditioned on their values as read); `patch`, the columns the write changes
 /// (heart-fleet's own columns only when the store's row has them; `updated_at` alone when
-/// nothing changes, so that the write still proves the condition).
-pub(super) fn decide(request: &StoreRequest, run: RunRow, present: &[&str], ms: i64) -> Result<Decision, HeartError> {
-    let StoreRequest::UpdateRun { run_id, when, set, .. } = request else {
+/// nothing changes, so that the write still proves the condition); `before`, the row as
+/// read when the request wants it.
+pub(super) fn decide(request: &StoreRequest, run: &RunRow, present: &[&str], ms: i64) -> Result<Decision, HeartError> {
+    let StoreRequest::UpdateRun { when, set, want_before, .. } = request else {
         return Err(HeartError::new(ErrorCode::StoreProtocol, "a decision is made on an update_run request"));
     };
     let has = |c: RunCol| present.contains(&c.name());
@@ -523,18 +524,13 @@ pub(super) fn decide(request: &StoreRequest, run: RunRow, present: &[&str], ms: 
     when.columns_into(&mut reads);
     set.iter().for_each(|(_, expr)| expr.columns_into(&mut reads));
     let expect = RunCol::ALL.into_iter().filter(|c| reads.contains(c) && has(*c)).map(RunCol::name).collect();
-    let write =
-        StoreRequest::UpdateRun { run_id: run_id.clone(), when: when.clone(), set: set.clone(), want_before: true };
-    let answer = evaluate(write, vec![run], ms)?;
-    let (before, after) = match answer.reply {
-        StoreReply::RunWrite { before, after } => (before, after),
-        _ => (None, None),
-    };
+    let after = crate::memory::written_run(run, when, set, Timestamp(ms))
+        .map_err(|e| HeartError::new(ErrorCode::StoreProtocol, e))?;
     let mut patch = Map::new();
-    if let (Some(was), Some(now)) = (&before, &after) {
+    if let Some(now) = &after {
         for c in RunCol::ALL {
             let ours = OUR_RUN_COLUMNS.contains(&c);
-            if was.get_ref(c) != now.get_ref(c) && (!ours || has(c)) {
+            if run.get_ref(c) != now.get_ref(c) && (!ours || has(c)) {
                 patch.insert(c.name().to_owned(), plain(now.get_ref(c)));
             }
         }
@@ -542,7 +538,8 @@ pub(super) fn decide(request: &StoreRequest, run: RunRow, present: &[&str], ms: 
             patch.insert("updated_at".into(), Value::String(now.updated_at.to_iso()));
         }
     }
-    Ok(Decision { now: answer.now, before, after, expect, patch })
+    let before = (after.is_some() && *want_before).then(|| run.clone());
+    Ok(Decision { now: Timestamp(ms), before, after, expect, patch })
 }
 
 fn miss(ms: i64) -> StoreAnswer {
@@ -660,13 +657,13 @@ impl ReferenceStore {
     /// A read of the request's run came back (`None`: no run).
     fn on_row(&mut self, pending: Pending, row: Option<Taken>) -> Progress {
         let StoreRequest::UpdateRun { run_id, .. } = &pending.request else {
-            let runs = row.map(|t| vec![t.run]).unwrap_or_default();
-            let answer = evaluate(pending.request, runs, pending.ms);
-            return self.answer(answer);
+            // A read: the row, as read.
+            let reply = StoreReply::Run { run: row.map(|t| t.run) };
+            return self.answer(Ok(StoreAnswer { now: Timestamp(pending.ms), reply }));
         };
         let run_id = run_id.clone();
         let decision = match &row {
-            Some(t) => match decide(&pending.request, t.run.clone(), &t.present, pending.ms) {
+            Some(t) => match decide(&pending.request, &t.run, &t.present, pending.ms) {
                 Ok(d) => d.after.is_some().then_some(d),
                 Err(e) => return self.answer(Err(e)),
             },
@@ -846,12 +843,12 @@ mod tests {
     #[test]
     fn a_hit_writes_what_changed_conditioned_on_what_was_read() {
         let run = RunRow::ready("r", "k", Timestamp(T0));
-        let d = decide(&take(), run.clone(), &names(&["id", "status", "fencing_epoch", "updated_at"]), T0 + 5).unwrap();
+        let d = decide(&take(), &run, &names(&["id", "status", "fencing_epoch", "updated_at"]), T0 + 5).unwrap();
         assert_eq!(d.expect, ["status", "fencing_epoch"]);
         assert_eq!(Value::Object(d.patch), json!({"status": "leased", "fencing_epoch": 1}));
-        assert_eq!(d.before.map(|r| r.status), Some(crate::RunStatus::Ready));
+        assert!(d.before.is_none(), "the request does not want the row before");
         // A row without our columns has them neither compared nor written.
-        let d = decide(&take(), run, &names(&["id", "status"]), T0).unwrap();
+        let d = decide(&take(), &run, &names(&["id", "status"]), T0).unwrap();
         assert_eq!(d.expect, ["status"]);
         assert_eq!(Value::Object(d.patch), json!({"status": "leased"}));
     }
@@ -865,7 +862,7 @@ mod tests {
             want_before: false,
         };
         let run = RunRow::ready("r", "k", Timestamp(T0));
-        let d = decide(&touch, run.clone(), &names(&["status"]), T0).unwrap();
+        let d = decide(&touch, &run, &names(&["status"]), T0).unwrap();
         assert_eq!(Value::Object(d.patch), json!({"updated_at": "2026-07-30T00:00:00.000Z"}));
         let no = StoreRequest::UpdateRun {
             run_id: "r".into(),
@@ -873,8 +870,40 @@ mod tests {
             set: vec![],
             want_before: false,
         };
-        let d = decide(&no, run, &names(&["status"]), T0).unwrap();
+        let d = decide(&no, &run, &names(&["status"]), T0).unwrap();
         assert!(d.after.is_none() && d.patch.is_empty());
+    }
+
+    #[test]
+    fn a_decision_writes_what_the_memory_store_writes() {
+        let token = crate::FencingToken {
+            run_id: "r".into(),
+            owner: "w".into(),
+            lease_expires_at: Timestamp(T0 + 60_000),
+            epoch: Some(1),
+        };
+        let ready = RunRow::ready("r", "k", Timestamp(T0));
+        let mut held = ready.clone();
+        held.status = crate::RunStatus::Leased;
+        held.lease_owner = Some("w".into());
+        held.lease_expires_at = Some(Timestamp(T0 + 60_000));
+        held.fencing_epoch = 1;
+        let verify = crate::ops::lease::verify_request(&token);
+        let all: Vec<&str> = RunCol::ALL.iter().map(|c| c.name()).collect();
+        for (request, row, at) in [
+            (take(), &ready, T0 + 1),
+            (verify.clone(), &held, T0 + 1),
+            (verify.clone(), &held, T0 + 60_000),
+            (verify, &ready, T0 + 1),
+        ] {
+            let d = decide(&request, row, &all, at).unwrap();
+            let mut store = MemoryStore::new(Timestamp(at));
+            store.insert_exact(row.clone()).unwrap();
+            let StoreReply::RunWrite { after, .. } = store.execute(request.clone()).unwrap().reply else {
+                panic!("a run write");
+            };
+            assert_eq!(d.after, after, "{request:?} at {at}");
+        }
     }
 
     #[test]
