@@ -56,9 +56,3 @@ pub type CodedResult<T> = napi::Result<T, Code>;
 pub(crate) fn from_heart(e: HeartError) -> napi::Error<Code> {
     napi::Error::new(Code(e.code.as_str()), e.message)
 }
-
-// The core allocates a few small values per step (rows, receipts, texts); inside a Node
-// process glibc's allocator spends much of a JS store's cycle consolidating them
-// (BENCHMARKS.md, "A store with the LeaseStore methods, driven by the core").
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
