@@ -19,7 +19,10 @@ import {
   runsLeasedToDeadInstances,
   DEFAULT_LIVENESS_TTL_MS,
   HeartFleetError,
+  DurableEffectLedger,
+  sendOnce,
 } from '../index.mjs';
+import { FakeSupabase } from './helpers/fake-supabase.mjs';
 
 const R = '00000000-0000-4000-8000-000000000001';
 const R2 = '00000000-0000-4000-8000-000000000002';
@@ -234,6 +237,31 @@ test("a user's LeaseStore: a row that keeps changing is re-decided casRetries ti
   };
   assert.equal((await heart.acquire(R, 'A', 60)).acquired, true);
   assert.equal(store.data.get(R).retries, 11);
+});
+
+test("a user's LeaseStore with a ledger of its own client: sendOnce fences through the LeaseStore, once", async () => {
+  // The ledger's requests go to its client; the run's (the fence check) to the user's store,
+  // decided by the core one request at a time.
+  const store = mapStore([READY], { now: T });
+  const heart = new HeartFleet({ store });
+  const ledger = new DurableEffectLedger({ client: new FakeSupabase({ outboxClient: true }), now: () => new Date(T) });
+  const a = await heart.acquire(R, 'A', 60);
+  let fired = 0;
+  const send = () => sendOnce(heart, ledger, { fence: a.fence, channel: 'telegram', effectKey: 'k-1', payload: { text: 'hi' }, send: async () => ({ id: ++fired }) });
+  store.calls.length = 0;
+  const first = await send();
+  assert.deepEqual([first.sent, first.result], [true, { id: 1 }]);
+  // The fence check (a read and a compare-and-set), then the ledger's read of the run for
+  // the dispatch (the clock and the row).
+  assert.deepEqual(store.calls, ['now', 'getRun', 'conditionalUpdate', 'now', 'getRun']);
+  const again = await send();
+  assert.deepEqual([again.sent, again.reason], [false, 'deduped']);
+  assert.equal(fired, 1);
+  // A fence the run no longer honours: refused before the effect, nothing sent.
+  store.data.set(R, { ...store.data.get(R), lease_owner: 'B' });
+  const refused = await sendOnce(heart, ledger, { fence: a.fence, channel: 'telegram', effectKey: 'k-2', payload: {}, send: async () => ({ id: ++fired }) });
+  assert.deepEqual([refused.sent, refused.reason], [false, 'fence-rejected']);
+  assert.equal(fired, 1);
 });
 
 test("a user's LeaseStore: requests its contract cannot serve fail with invalid-input naming what is missing", async () => {
