@@ -109,54 +109,34 @@ function stepOf(text) {
 /**
  * An operation waiting for JavaScript, by its handle in the fleet's native half (the native
  * module keeps it; a native object per operation would cost more than most operations).
+ * Each method is the native one of that name, on this operation's handle.
  */
 class Operation {
   constructor(nf, handle) {
     this.nf = nf;
     this.handle = handle;
   }
-  need() {
-    return this.nf.need(this.handle);
-  }
-  request() {
-    return this.nf.request(this.handle);
-  }
-  resumeStore(answer) {
-    return this.nf.resumeStore(this.handle, answer);
-  }
-  resumeStoreError(message) {
-    return this.nf.resumeStoreError(this.handle, message);
-  }
-  resumeClock(ms) {
-    return this.nf.resumeClock(this.handle, ms);
-  }
-  resumeRead(ms, row) {
-    return this.nf.resumeRead(this.handle, ms, row);
-  }
-  resumeWritten(row) {
-    return this.nf.resumeWritten(this.handle, row);
-  }
-  resumeRows(rows) {
-    return this.nf.resumeRows(this.handle, rows);
-  }
-  resumeRecorded(first) {
-    return this.nf.resumeRecorded(this.handle, first);
-  }
-  resumeRecordedError(message) {
-    return this.nf.resumeRecordedError(this.handle, message);
-  }
-  resumeEffect(value) {
-    return this.nf.resumeEffect(this.handle, value);
-  }
-  resumeEffectError(message) {
-    return this.nf.resumeEffectError(this.handle, message);
-  }
-  resumeProbe(verdict) {
-    return this.nf.resumeProbe(this.handle, verdict);
-  }
-  resumeProbeError(message) {
-    return this.nf.resumeProbeError(this.handle, message);
-  }
+}
+for (const method of [
+  'need',
+  'request',
+  'resumeStore',
+  'resumeStoreError',
+  'resumeClock',
+  'resumeRead',
+  'resumeWritten',
+  'resumeRows',
+  'resumeRecorded',
+  'resumeRecordedError',
+  'resumeEffect',
+  'resumeEffectError',
+  'resumeProbe',
+  'resumeProbeError',
+]) {
+  // At most two values follow the handle; a native method ignores an undefined extra one.
+  Operation.prototype[method] = function (a, b) {
+    return this.nf[method](this.handle, a, b);
+  };
 }
 
 /**

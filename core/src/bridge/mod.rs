@@ -76,9 +76,7 @@ pub use canonical::*;
 pub use compact::*;
 pub use memory::*;
 pub use op::*;
-pub use reference::{
-    BridgeReferenceRequests, DEFAULT_CAS_RETRIES, LEASE_STORE_METHODS, LeaseStoreCall, ReferenceStore,
-};
+pub use reference::{BridgeReferenceRequests, DEFAULT_CAS_RETRIES, LEASE_STORE_METHODS, LeaseStoreCall};
 pub use session::*;
 pub use sql::*;
 

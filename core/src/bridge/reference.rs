@@ -171,7 +171,7 @@ pub(super) struct Decision {
 
 /// The store requests of one operation over a store with the `LeaseStore` methods (make one
 /// per operation: it remembers the rows the operation read). See the module docs.
-pub struct ReferenceStore {
+pub(super) struct ReferenceStore {
     cas_retries: u32,
     known: HashMap<String, Known>,
     pending: Option<Pending>,
@@ -548,7 +548,7 @@ fn miss(ms: i64) -> StoreAnswer {
 
 impl ReferenceStore {
     /// The requests of one operation; a write is decided at most `cas_retries` times.
-    pub fn new(cas_retries: u32) -> ReferenceStore {
+    pub(super) fn new(cas_retries: u32) -> ReferenceStore {
         ReferenceStore { cas_retries: cas_retries.max(1), known: HashMap::new(), pending: None }
     }
 
