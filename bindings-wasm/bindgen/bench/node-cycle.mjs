@@ -1,7 +1,9 @@
 // The same cycle as cycle.bench.js, in Node: heart-fleet-wasm (this package) against the
 // TypeScript reference's behaviour in pure JS over its async JS memory store
 // (bindings-node/bench/reference-js.mjs, the baseline of the ratio printed last) and the
-// napi-rs package (bindings-node, if built), each over its memory store, in one process,
+// napi-rs package (bindings-node, if built), each over its memory store, and both packages
+// over the reference's own four-method store on a JS Map (getRun, conditionalUpdate,
+// findExpiredLeases, now: the same kind of object the reference runs over), in one process,
 // rounds interleaved. A plain timing loop (no benchmark dependency): 1 s warm-up each, then
 // the mean of 3 rounds of 2 s.
 //
@@ -32,14 +34,32 @@ async function subject(api) {
   return looper(heart, run.id);
 }
 
+/** The reference's four-method store over a JS Map, with a findExpiredLeases of its own. */
+class MapLeaseStore extends JsMemoryLeaseStore {
+  async findExpiredLeases(nowIso, limit) {
+    const now = Date.parse(nowIso);
+    const held = [...this.rows.values()].filter((r) => (r.status === 'leased' || r.status === 'running') && (!r.lease_expires_at || Date.parse(r.lease_expires_at) <= now));
+    return held.slice(0, limit).map((r) => ({ ...r }));
+  }
+}
+
+function mapSubject(api) {
+  const store = new MapLeaseStore(T0);
+  store.insert({ id: 'run-map', status: 'ready', lease_owner: null, lease_expires_at: null, retries: 0, idempotency_key: 'heart:resource:bench-map' });
+  return looper(new api.HeartFleet({ store, onReceipt: () => {} }), 'run-map');
+}
+
 const referenceStore = new JsMemoryLeaseStore(T0);
 referenceStore.insert({ id: 'run-js', status: 'ready', lease_owner: null, lease_expires_at: null, retries: 0, idempotency_key: 'k' });
 const subjects = [
   ['the TypeScript reference (pure JS, async JS memory store)', looper(new JsHeartFleet({ store: referenceStore, onReceipt: () => {} }), 'run-js')],
   ['heart-fleet-wasm (wasm-bindgen) + MemoryLeaseStore', await subject(wasm)],
+  ["heart-fleet-wasm + the reference's four-method store over a JS Map", mapSubject(wasm)],
 ];
 try {
-  subjects.push(['heart-fleet (napi-rs) + MemoryLeaseStore', await subject(await import('../../../bindings-node/index.mjs'))]);
+  const napi = await import('../../../bindings-node/index.mjs');
+  subjects.push(['heart-fleet (napi-rs) + MemoryLeaseStore', await subject(napi)]);
+  subjects.push(["heart-fleet (napi-rs) + the reference's four-method store over a JS Map", mapSubject(napi)]);
 } catch (e) {
   console.error(`napi package not loaded (${e.message}); build it with \`cd bindings-node && npm run build\``);
 }
