@@ -344,6 +344,7 @@ test('a store method that throws, rejects, answers a wrong shape or never settle
           `${method} ${how}`,
         );
         assert.deepEqual([...store.data.values()], [READY], `${method} ${how}: nothing written`);
+        assert.equal(heart[Symbol.for('heart-fleet.native')].pending(), 0, `${method} ${how}: the failed operation was freed`);
       }
     }
     for (const [how, code, message] of cases) {
