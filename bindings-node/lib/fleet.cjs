@@ -115,13 +115,15 @@ class Operation {
   constructor(nf, handle) {
     this.nf = nf;
     this.handle = handle;
+    /** Whether the native module answered its final step (and so freed the handle). */
+    this.finished = false;
   }
 }
 for (const method of [
   'need',
   'request',
   'resumeStore',
-  'resumeStoreError',
+  'resumeStoreFailure',
   'resumeClock',
   'resumeRead',
   'resumeWritten',
@@ -141,15 +143,12 @@ for (const method of [
 
 /**
  * Resumes the machine with a store's failure (the core names the step). Our own coded
- * errors keep their code: a wrong-shaped answer (store-protocol) and a request the store's
- * contract cannot serve (invalid-input); anything else is store-unavailable.
+ * errors keep their code when the core allows it (a wrong-shaped answer, store-protocol;
+ * a request the store's contract cannot serve, invalid-input); anything else is
+ * store-unavailable.
  */
 function storeFailed(op, e) {
-  const text = op.resumeStoreError(messageOf(e));
-  if (!(e instanceof HeartFleetError) || (e.code !== 'store-protocol' && e.code !== 'invalid-input')) return text;
-  const step = JSON.parse(text);
-  if (step.done && step.error && step.error.code === 'store-unavailable') step.error.code = e.code;
-  return JSON.stringify(step);
+  return op.resumeStoreFailure(e instanceof HeartFleetError ? e.code : 'store-unavailable', messageOf(e));
 }
 
 /**
@@ -176,25 +175,22 @@ async function driveStep(fleet, kind, argsText, host, storeFor) {
     return step;
   }
   const op = new Operation(nf, first);
-  let finished = false;
   try {
-    return await driveOperation(fleet, op, host, storeFor, (step) => {
-      finished = step.done === true;
-    });
+    return await driveOperation(fleet, op, host, storeFor);
   } finally {
     // An operation left behind by an exception is freed; a finished one was freed already
     // (and its handle may belong to another operation by now).
-    if (!finished) nf.abandon(first);
+    if (!op.finished) nf.abandon(first);
   }
 }
 
-/** The loop of driveStep over a begun operation; `seen(step)` hears every step. */
-async function driveOperation(fleet, op, host, storeFor, seen) {
+/** The loop of driveStep over a begun operation. */
+async function driveOperation(fleet, op, host, storeFor) {
   const calls = operationCalls(fleet);
   let step = stepOf(op.need());
   let hostThrew = null;
   for (;;) {
-    seen(step);
+    if (step.done) op.finished = true;
     if (step.receipts) deliver(fleet, step.receipts);
     if (step.done) {
       if (calls) settle(calls);
@@ -264,7 +260,7 @@ async function driveOperation(fleet, op, host, storeFor, seen) {
         break;
       }
       default:
-        text = op.resumeStoreError(`unknown need ${step.need}`);
+        text = op.resumeStoreFailure('store-unavailable', `unknown need ${step.need}`);
     }
     step = stepOf(text);
   }

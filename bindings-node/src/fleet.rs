@@ -246,10 +246,12 @@ impl NativeFleet {
         self.ops.resume(handle, |op| op.resume_store(&answer))
     }
 
-    /// The store failed (it threw or rejected): the operation ends with `store-unavailable`.
+    /// The store failed (it threw or rejected) with `code`: `store-protocol` and
+    /// `invalid-input` (what the JS side's own checks found) are kept when the failure ends
+    /// the operation; any other code is `store-unavailable`.
     #[napi]
-    pub fn resume_store_error(&mut self, handle: u32, message: String) -> String {
-        self.ops.resume(handle, |op| op.resume_store_error(&message))
+    pub fn resume_store_failure(&mut self, handle: u32, code: String, message: String) -> String {
+        self.ops.resume(handle, |op| op.resume_store_failure(&code, &message))
     }
 
     /// The `LeaseStore`'s `now()` answered, in milliseconds.

@@ -206,11 +206,18 @@ impl NativeFleet {
         self.resume(&handle, |op| op.resume_store(&answer))
     }
 
-    /// The store failed (it threw or rejected): the operation ends with `store-unavailable`.
-    #[wasm_bindgen(js_name = resumeStoreError)]
-    pub fn resume_store_error(&mut self, handle: JsValue, message: JsValue) -> Result<String, JsValue> {
-        let message = text("message", &message)?;
-        self.resume(&handle, |op| op.resume_store_error(&message))
+    /// The store failed (it threw or rejected) with `code`: `store-protocol` and
+    /// `invalid-input` (what the JS side's own checks found) are kept when the failure ends
+    /// the operation; any other code is `store-unavailable`.
+    #[wasm_bindgen(js_name = resumeStoreFailure)]
+    pub fn resume_store_failure(
+        &mut self,
+        handle: JsValue,
+        code: JsValue,
+        message: JsValue,
+    ) -> Result<String, JsValue> {
+        let (code, message) = (text("code", &code)?, text("message", &message)?);
+        self.resume(&handle, |op| op.resume_store_failure(&code, &message))
     }
 
     /// The `LeaseStore`'s `now()` answered, in milliseconds.

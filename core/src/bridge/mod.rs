@@ -125,7 +125,8 @@ pub fn instance_expired_ms(status: &str, last_heartbeat_ms: f64, now_ms: f64, tt
 /// `runStatuses`, `nextStatuses` (what a release may leave a run in), `channels`,
 /// `heldStatuses` (the statuses of a held lease), `maxTtlSeconds`, `digestPrefix`,
 /// `receiptSchemaVersion`, `maxJsonDepth`, `maxEvidenceDepth`, `operations` (the names
-/// [`Call::parse`] takes), `leaseStoreMethods` (the TypeScript package's store contract) and `defaults` (what an option left out becomes).
+/// [`Call::parse`] takes), `leaseStoreMethods` (the TypeScript package's store contract) and
+/// `defaults` (what an option left out becomes).
 pub fn contract_json() -> String {
     use crate::ops;
     serde_json::json!({

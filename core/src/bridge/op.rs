@@ -457,10 +457,24 @@ impl BridgeOp {
 
     /// The store failed (it threw or rejected): the operation ends with `store-unavailable`.
     pub fn resume_store_error(&mut self, message: &str) -> String {
-        if let Some(reference) = self.running.as_mut().and_then(|r| r.reference.as_mut()) {
+        self.resume_store_failure(ErrorCode::StoreUnavailable.as_str(), message)
+    }
+
+    /// The store failed with `code`: `store-protocol` (its answer had the wrong shape) and
+    /// `invalid-input` (the request is one its contract cannot serve) are kept when the
+    /// failure ends the operation; any other code is `store-unavailable`.
+    pub fn resume_store_failure(&mut self, code: &str, message: &str) -> String {
+        let code = ErrorCode::parse(code)
+            .filter(|c| matches!(c, ErrorCode::StoreProtocol | ErrorCode::InvalidInput))
+            .unwrap_or(ErrorCode::StoreUnavailable);
+        let Some(running) = self.running.as_mut() else {
+            return finished();
+        };
+        if let Some(reference) = running.reference.as_mut() {
             reference.failed();
         }
-        self.resume(Ok(Answer::Store(Err(StoreError(message.to_owned())))))
+        let step = running.answer(Err(HeartError::new(code, message)));
+        self.advance(step)
     }
 
     /// Answers a `LeaseStore` call with `progress` made by the operation's [`ReferenceStore`].
@@ -693,6 +707,19 @@ mod tests {
         let done = json(&op.resume_store_error("connection reset"));
         assert_eq!(done["error"]["code"], "store-unavailable");
         assert!(op.is_done());
+        // A failure the host's own check found keeps its code; any other code does not.
+        let verify = r#"{"fence":{"runId":"r","owner":"w","leaseExpiresAt":"2026-07-30T00:01:00.000Z"}}"#;
+        for (code, ends) in [
+            ("store-protocol", "store-protocol"),
+            ("invalid-input", "invalid-input"),
+            ("nope", "store-unavailable"),
+            ("run-not-found", "store-unavailable"),
+        ] {
+            let Begun::Pending(mut op) = f.begin("verifyFence", verify) else { panic!("pending") };
+            let done = json(&op.resume_store_failure(code, "the store answered 42"));
+            assert_eq!(done["error"]["code"], ends, "{code}");
+            assert!(done["error"]["message"].as_str().unwrap().ends_with("the store answered 42"), "{done}");
+        }
         assert_eq!(json(&op.resume_store("{}"))["error"]["code"], "store-protocol");
     }
 

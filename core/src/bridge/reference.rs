@@ -142,8 +142,8 @@ enum Wait {
     Clock,
     /// `now()` and `getRun`.
     Read,
-    /// `conditionalUpdate` of this decision.
-    Written(Box<Decision>),
+    /// `conditionalUpdate`, with the row before the write when the request wants it.
+    Written(Option<Box<RunRow>>),
     /// `findExpiredLeases`.
     Expired,
 }
@@ -160,7 +160,6 @@ struct Pending {
 
 /// The compare-and-set decision of one `update_run` on one row.
 pub(super) struct Decision {
-    now: Timestamp,
     before: Option<RunRow>,
     after: Option<RunRow>,
     /// The columns the decision read that the store's row has.
@@ -539,7 +538,7 @@ pub(super) fn decide(request: &StoreRequest, run: &RunRow, present: &[&str], ms:
         }
     }
     let before = (after.is_some() && *want_before).then(|| run.clone());
-    Ok(Decision { now: Timestamp(ms), before, after, expect, patch })
+    Ok(Decision { before, after, expect, patch })
 }
 
 fn miss(ms: i64) -> StoreAnswer {
@@ -670,11 +669,10 @@ impl ReferenceStore {
             None => None,
         };
         match decision {
-            Some(d) => {
-                let call =
-                    LeaseStoreCall::ConditionalUpdate { run_id, patch: d.patch.clone(), expect: d.expect.clone() };
+            Some(Decision { before, patch, expect, .. }) => {
+                let call = LeaseStoreCall::ConditionalUpdate { run_id, patch, expect };
                 let first = pending.given;
-                self.call(Pending { wait: Wait::Written(Box::new(d)), ..pending }, call, first)
+                self.call(Pending { wait: Wait::Written(before.map(Box::new)), ..pending }, call, first)
             }
             // A row read earlier in the operation proves only hits: decide a miss on a fresh read.
             None if pending.given => {
@@ -692,7 +690,7 @@ impl ReferenceStore {
 
     /// The conditional write came back (`None`: it missed).
     fn on_written(&mut self, pending: Pending, row: Option<Taken>) -> Progress {
-        let Pending { request, ms, lost, wait: Wait::Written(decision), .. } = pending else {
+        let Pending { request, ms, lost, wait: Wait::Written(before), .. } = pending else {
             return self.answer(Err(out_of_turn("a written row")));
         };
         let StoreRequest::UpdateRun { run_id, want_before, .. } = &request else {
@@ -710,9 +708,9 @@ impl ReferenceStore {
             let pending = Pending { request, ms, given: false, lost, wait: Wait::Read };
             return self.call(pending, call, false);
         };
-        let before = if *want_before { decision.before } else { None };
+        let before = if *want_before { before.map(|b| *b) } else { None };
         let reply = StoreReply::RunWrite { before, after: Some(after.run) };
-        self.answer(Ok(StoreAnswer { now: decision.now, reply }))
+        self.answer(Ok(StoreAnswer { now: Timestamp(ms), reply }))
     }
 }
 
