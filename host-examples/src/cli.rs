@@ -20,6 +20,7 @@ use heart_fleet_core::receipt::ReceiptSink;
 
 use crate::Exit;
 use crate::canonical_cmd::{self, Form};
+use crate::chaos::{self, ChaosConfig, ChaosStore, history};
 use crate::commands;
 use crate::engine::{EngineKind, EngineUnavailable, Prepared};
 use crate::procsim::{self, ProcConfig};
@@ -135,6 +136,82 @@ pub enum Command {
     /// A worker process of `simulate --processes` (started by it; not for people).
     #[command(hide = true)]
     Worker(WorkerArgs),
+    /// Run a mixed fleet under faults and judge it: Rust (native and --engine component),
+    /// Node and Python worker processes on one fresh store (--store-kind postgres: the database
+    /// heart_chaos on the server of --database-url, dropped and created; sqlite: a file), with
+    /// kills, pauses past the TTL, killed backends, a server restart, a lossy and partitioning
+    /// proxy, skewed clocks and PgBouncer. The last line of --json is the report; exit 0 when
+    /// the verdict is pass, 1 when it is fail, 2 when the harness could not run.
+    /// scripts/fleet-chaos.sh sets up the services and passes every path.
+    FleetChaos(FleetChaosArgs),
+    /// Check the history of a fleet-chaos run: the store's (--store URL: its history trigger's
+    /// table, receipts, deliveries, intents and runs) or a history.json (--history FILE).
+    /// Exit 0 when every violation count is 0, 1 otherwise, 2 when it cannot be read.
+    CheckHistory(CheckHistoryArgs),
+    /// A worker process of `fleet-chaos` (started by it, configured by HEART_CHAOS_*).
+    #[command(hide = true)]
+    ChaosWorker,
+}
+
+/// Arguments of `fleet-chaos`.
+#[derive(Debug, Args)]
+pub struct FleetChaosArgs {
+    /// The store the fleet shares.
+    #[arg(long, value_enum, default_value_t = ChaosStore::Sqlite)]
+    pub store_kind: ChaosStore,
+    /// Seconds under faults.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(10..=86_400))]
+    pub seconds: u64,
+    /// The seed of the fault schedule and the workers' choices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// PostgreSQL: a database on the server (heart_chaos is created beside it).
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
+    /// PostgreSQL: PgBouncer in transaction mode in front of the same server.
+    #[arg(long, value_name = "URL")]
+    pub pooler_url: Option<String>,
+    /// PostgreSQL: the shell command that restarts the server.
+    #[arg(long, value_name = "COMMAND")]
+    pub restart_command: Option<String>,
+    /// libfaketime.so.1, for the workers with skewed clocks.
+    #[arg(long, value_name = "FILE")]
+    pub faketime: Option<PathBuf>,
+    /// The Node worker (scripts/chaos/worker.mjs).
+    #[arg(long, value_name = "FILE")]
+    pub node_worker: Option<PathBuf>,
+    /// The Python interpreter that has the heart_fleet wheel.
+    #[arg(long, value_name = "PYTHON")]
+    pub python: Option<String>,
+    /// The Python worker (scripts/chaos/worker.py).
+    #[arg(long, value_name = "FILE")]
+    pub python_worker: Option<PathBuf>,
+    /// Resource runs the fleet shares.
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub runs: u32,
+    /// Lease seconds.
+    #[arg(long = "ttl", default_value_t = 2, value_parser = clap::value_parser!(i64).range(1..=600))]
+    pub ttl_seconds: i64,
+    /// The work of one unit, in ms.
+    #[arg(long, default_value_t = 150, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub work_ms: u64,
+    /// Where history.json and the workers' stderr go [default: a temporary directory].
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Print only the report, as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `check-history`.
+#[derive(Debug, Args)]
+pub struct CheckHistoryArgs {
+    /// A history.json written by fleet-chaos (without it: the store of --store).
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<PathBuf>,
+    /// Print the verdict as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `--receipts FILE`, for every command that emits receipts.
@@ -508,6 +585,9 @@ pub fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write, err: &mut dyn
         Command::Instances(args) => commands::instances(g, &args, out, err),
         Command::Metrics => commands::metrics(g, out, err),
         Command::Worker(args) => worker(g, &args, err),
+        Command::FleetChaos(args) => fleet_chaos(g, args, out, err),
+        Command::CheckHistory(args) => check_history(g, &args, out, err),
+        Command::ChaosWorker => chaos_worker(g, err),
     }
 }
 
@@ -702,6 +782,103 @@ fn worker(g: &Global, args: &WorkerArgs, err: &mut dyn Write) -> Exit {
     match procsim::run_worker(&url, cfg) {
         Ok(()) => Exit::Success,
         Err(e) => commands::fail(err, Exit::Error, format!("worker {}: {e}", args.name)),
+    }
+}
+
+fn fleet_chaos(g: &Global, args: FleetChaosArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
+    if g.store.is_some() {
+        return commands::fail(
+            err,
+            Exit::Error,
+            "fleet-chaos makes its own store: --store-kind, and --database-url for postgres",
+        );
+    }
+    if let Err(e) = EngineKind::Component.check() {
+        return commands::fail(err, Exit::Error, format!("fleet-chaos runs component workers too: {e}"));
+    }
+    let cfg = ChaosConfig {
+        store: args.store_kind,
+        seconds: args.seconds,
+        seed: args.seed,
+        database_url: args.database_url,
+        pooler_url: args.pooler_url,
+        restart_command: args.restart_command,
+        faketime: args.faketime,
+        node_worker: args.node_worker,
+        python: args.python,
+        python_worker: args.python_worker,
+        runs: args.runs,
+        ttl_seconds: args.ttl_seconds,
+        work_ms: args.work_ms,
+        dir: args.dir,
+    };
+    let result = if args.json { chaos::run(cfg, None) } else { chaos::run(cfg, Some(&mut *out)) };
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            if args.json {
+                let _ = writeln!(out, "{}", serde_json::json!({ "errors": [e.clone()], "verdict": "fail" }));
+            }
+            return commands::fail(err, Exit::Error, format!("fleet-chaos: {e}"));
+        }
+    };
+    let written = if args.json { writeln!(out, "{}", report.to_json()) } else { report.write_human(out) };
+    if let Err(e) = written.and_then(|()| out.flush()) {
+        return crate::io_failure(err, &e);
+    }
+    if report.verdict == "pass" { Exit::Success } else { Exit::Failure }
+}
+
+fn read_history_arg(g: &Global, args: &CheckHistoryArgs) -> Result<history::History, String> {
+    match (&args.history, &g.store) {
+        (Some(path), None) => {
+            let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            serde_json::from_slice(&bytes).map_err(|e| format!("{}: not a history: {e}", path.display()))
+        }
+        (None, Some(url)) => {
+            let mut store = heart_fleet_stores::open(url).map_err(|e| e.to_string())?;
+            chaos::read_history(&mut store)
+        }
+        (Some(_), Some(_)) => Err("check-history takes --history FILE or --store URL, not both".into()),
+        (None, None) => Err("check-history needs --history FILE or --store URL".into()),
+    }
+}
+
+fn check_history(g: &Global, args: &CheckHistoryArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
+    let history = match read_history_arg(g, args) {
+        Ok(h) => h,
+        Err(e) => return commands::fail(err, Exit::Error, format!("check-history: {e}")),
+    };
+    let v = history::check(&history);
+    let verdict = if v.pass() { "pass" } else { "fail" };
+    let written = if args.json {
+        let mut value = serde_json::to_value(&v).unwrap_or_default();
+        value["verdict"] = serde_json::json!(verdict);
+        writeln!(out, "{value}")
+    } else {
+        let mut text = String::new();
+        for (name, n) in v.counts() {
+            text.push_str(&format!("{name} {n}\n"));
+        }
+        for f in &v.findings {
+            text.push_str(&format!("finding: {f}\n"));
+        }
+        writeln!(out, "{text}verdict: {verdict}")
+    };
+    if let Err(e) = written.and_then(|()| out.flush()) {
+        return crate::io_failure(err, &e);
+    }
+    if v.pass() { Exit::Success } else { Exit::Failure }
+}
+
+fn chaos_worker(g: &Global, err: &mut dyn Write) -> Exit {
+    let engine = match g.prepare_engine() {
+        Ok(e) => e,
+        Err(e) => return commands::fail(err, Exit::Error, e),
+    };
+    match chaos::worker::WorkerEnv::from_env().and_then(|env| chaos::worker::run(&engine, &env)) {
+        Ok(()) => Exit::Success,
+        Err(e) => commands::fail(err, Exit::Error, format!("chaos-worker: {e}")),
     }
 }
 

@@ -26,6 +26,7 @@
 //! lives here.
 
 pub mod canonical_cmd;
+pub mod chaos;
 pub mod cli;
 pub mod commands;
 pub mod engine;
