@@ -372,3 +372,102 @@ fn wrong_arguments_fail_with_an_error_line() {
         assert!(err.starts_with("error: ") || err.contains("Usage:"), "{args:?}: {err}");
     }
 }
+
+/// `check-history` over a history.json: a clean one passes (exit 0), one whose second lease
+/// was taken while the first was live fails (exit 1) naming it, and a file that is not a
+/// history, or two sources at once, cannot be checked (exit 2).
+#[test]
+fn check_history_judges_a_history_file() {
+    use heart_fleet_core::{HeartEvent, HeartReceipt, Timestamp};
+    use heart_fleet_host::chaos::history::{FinalRun, History, LeaseState, ReceiptRow, Transition};
+
+    let t0 = 1_800_000_000_000;
+    let leased = |owner: &str, exp: i64, epoch| LeaseState {
+        status: "leased".into(),
+        owner: Some(owner.into()),
+        expires_at: Some(Timestamp(t0 + exp)),
+        epoch,
+    };
+    let ready = LeaseState { status: "ready".into(), owner: None, expires_at: None, epoch: 0 };
+    let receipt = |id, owner: &str, exp: i64, at: i64| ReceiptRow {
+        id,
+        receipt: serde_json::to_value(HeartReceipt::new(
+            HeartEvent::Acquired,
+            "r1",
+            owner,
+            Some(Timestamp(t0 + exp)),
+            None,
+            Timestamp(t0 + at),
+        ))
+        .unwrap(),
+        columns_differ: false,
+    };
+    let clean = History {
+        transitions: vec![Transition {
+            id: 1,
+            run_id: "r1".into(),
+            at: Timestamp(t0),
+            old: ready,
+            new: leased("a", 2000, 1),
+        }],
+        receipts: vec![receipt(1, "a", 2000, 0)],
+        runs: vec![FinalRun { id: "r1".into(), state: leased("a", 2000, 1) }],
+        killed_owners: vec![],
+        ..History::default()
+    };
+    let mut overlap = clean.clone();
+    overlap.transitions.push(Transition {
+        id: 2,
+        run_id: "r1".into(),
+        at: Timestamp(t0 + 1000),
+        old: leased("a", 2000, 1),
+        new: leased("b", 3000, 2),
+    });
+    overlap.receipts.push(receipt(2, "b", 3000, 1000));
+    overlap.runs[0].state = leased("b", 3000, 2);
+
+    let file = |name: &str, h: &History| {
+        let path = temp_file(name);
+        std::fs::write(&path, serde_json::to_vec(h).unwrap()).unwrap();
+        path
+    };
+    let clean_path = file("clean-history.json", &clean);
+    let out = run(&["check-history", "--history", clean_path.to_str().unwrap(), "--json"], "");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The run is still held at the end: that alone is an unfinished run.
+    assert_eq!(v["unfinished_runs"], 1, "{v}");
+    assert_eq!(out.status.code(), Some(1));
+    let mut released = clean.clone();
+    released.runs[0].state = LeaseState { status: "ready".into(), owner: None, expires_at: None, epoch: 1 };
+    released.transitions.push(Transition {
+        id: 2,
+        run_id: "r1".into(),
+        at: Timestamp(t0 + 500),
+        old: leased("a", 2000, 1),
+        new: released.runs[0].state.clone(),
+    });
+    let released_path = file("released-history.json", &released);
+    let out = run(&["check-history", "--history", released_path.to_str().unwrap(), "--json"], "");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((out.status.code(), v["verdict"].as_str()), (Some(0), Some("pass")), "{v}");
+
+    let overlap_path = file("overlap-history.json", &overlap);
+    let out = run(&["check-history", "--history", overlap_path.to_str().unwrap()], "");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("exclusion_violations 1"), "{stdout}");
+    assert!(stdout.contains("took epoch 2") && stdout.ends_with("verdict: fail\n"), "{stdout}");
+
+    let bad = temp_file("not-a-history.json");
+    std::fs::write(&bad, "{\"transitions\": 3}").unwrap();
+    let out = run(&["check-history", "--history", bad.to_str().unwrap()], "");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not a history"), "{}", text(&out.stderr));
+    let out = run(&["check-history", "--history", bad.to_str().unwrap(), "--store", "sqlite::memory:"], "");
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&["check-history"], "");
+    assert_eq!(out.status.code(), Some(2));
+    for p in [clean_path, released_path, overlap_path, bad] {
+        let _ = std::fs::remove_file(p);
+    }
+}

@@ -462,6 +462,7 @@ impl AnyStore {
         // Catalog questions with a count for an answer, so that a store failure stays an
         // error (a lost connection is not a missing column).
         let text = |t: &str| vec![sql::SqlParam::Text(t.into())];
+        let sqlite = self.dialect() == Dialect::Sqlite;
         let (table_sql, column_sql) = match self.dialect() {
             Dialect::Sqlite => (
                 "SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = ?1",
@@ -484,6 +485,10 @@ impl AnyStore {
         }
         if !present(column_sql, vec![])? {
             return Ok(Some("column agent_runs.fencing_epoch".into()));
+        }
+        // SQLite's store clock (sql::SQLITE_CLOCK reads and advances it).
+        if sqlite && !present(table_sql, text("heart_clock"))? {
+            return Ok(Some("table heart_clock".into()));
         }
         Ok(None)
     }

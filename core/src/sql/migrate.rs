@@ -7,8 +7,10 @@ pub(super) const PG_MIGRATIONS: &[(&str, &str)] = &[
     ("0002_heart_fleet", include_str!("../../../migrations/postgres/0002_heart_fleet.sql")),
 ];
 
-pub(super) const SQLITE_MIGRATIONS: &[(&str, &str)] =
-    &[("0001_schema", include_str!("../../../migrations/sqlite/0001_schema.sql"))];
+pub(super) const SQLITE_MIGRATIONS: &[(&str, &str)] = &[
+    ("0001_schema", include_str!("../../../migrations/sqlite/0001_schema.sql")),
+    ("0002_store_clock", include_str!("../../../migrations/sqlite/0002_store_clock.sql")),
+];
 
 /// The schema migrations of a dialect, in order: `(name, sql)`. Each is idempotent (safe to
 /// run again) and should run in one transaction; a file may hold several statements, so run

@@ -21,10 +21,13 @@
 //! * **SQLite: a short list of statements, run in one `BEGIN IMMEDIATE` transaction.** SQLite
 //!   cannot put a write in a CTE, and `RETURNING` cannot see other tables, so a request is the
 //!   clock read followed by one to three statements. The first statement is the clock read,
-//!   `SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now') AS now`; every later statement that needs
-//!   the clock has a [`SqlParam::Now`] parameter, which the store binds to the text the first
-//!   statement returned. `BEGIN IMMEDIATE` takes the write lock before the clock is read, so no
-//!   other writer runs between the statements, and they all see one `now` and one state.
+//!   [`SQLITE_CLOCK`]: the later of this process's clock and the latest instant any request on
+//!   the file used (table `heart_clock`, which it updates), so the store's clock never goes
+//!   backwards when processes sharing the file disagree about the time. Every later statement
+//!   that needs the clock has a [`SqlParam::Now`] parameter, which the store binds to the text
+//!   the first statement returned. `BEGIN IMMEDIATE` takes the write lock before the clock is
+//!   read, so no other writer runs between the statements, and they all see one `now` and one
+//!   state.
 //!
 //! A SQLite store therefore does:
 //!
@@ -167,8 +170,11 @@ pub enum SqlValue {
 /// One result row: column name and value, in any order.
 pub type SqlRow = Vec<(String, SqlValue)>;
 
-/// The SQLite clock read, the first statement of every SQLite list.
-pub const SQLITE_CLOCK: &str = "SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now') AS now";
+/// The SQLite clock read, the first statement of every SQLite list: this process's clock, or
+/// the latest instant a request on the file has used if that is later (a process whose clock
+/// is behind cannot take a lease that has not expired), kept as the new latest instant.
+pub const SQLITE_CLOCK: &str = "INSERT INTO heart_clock (id, now) VALUES (1, strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) \
+                                ON CONFLICT (id) DO UPDATE SET now = max(heart_clock.now, excluded.now) RETURNING now";
 
 /// Longest shift of the clock a statement may compute (`now ± ms`): 100 years.
 const MAX_SHIFT_MS: i64 = 3_155_760_000_000;

@@ -25,8 +25,9 @@
 //! PostgreSQL server, by `--restart-command`), `proxy_delay` (150 ms more each way on every
 //! proxied connection, for 3 s), `proxy_drop` (every proxied connection closed), `partition`
 //! (one proxied worker cut off for the TTL and 1.5 s more), `clock_skew` (a worker replaced by
-//! one whose clock is an hour ahead or behind). `pooler` counts the workers started behind
-//! PgBouncer. SQLite has `kill`, `pause` and `clock_skew`.
+//! one whose clock is an hour ahead or behind; behind only on SQLite, see [`skew_offsets`]).
+//! `pooler` counts the workers started behind PgBouncer. SQLite has `kill`, `pause` and
+//! `clock_skew`.
 //!
 //! # The end
 //!
@@ -73,6 +74,8 @@ const HARNESS_APP: &str = "heart-chaos-harness";
 const STORE_CALL_MS: u64 = 3000;
 /// How often the harness sweeps.
 const SWEEP_EVERY: Duration = Duration::from_millis(500);
+/// After this many workers of one slot exited by themselves, the slot is left empty.
+const MAX_EARLY_EXITS: u32 = 3;
 /// The fewest operations (receipts) per second of run a passing run needs.
 const MIN_OPERATIONS_PER_SECOND: u64 = 2;
 
@@ -256,7 +259,7 @@ pub struct ChaosReport {
     pub deliveries: u64,
     /// Run-row updates the trigger recorded.
     pub transitions: u64,
-    /// Faults injected, per kind.
+    /// Faults injected, per kind the store has.
     pub faults: BTreeMap<&'static str, u64>,
     /// See [`Verdict`].
     pub exclusion_violations: u64,
@@ -512,14 +515,29 @@ fn slots(store: ChaosStore) -> Vec<Slot> {
             s(Runtime::Python, Route::Pooler, Some("-1h")),
             s(Runtime::Python, Route::Direct, None),
         ],
-        // Node has no SQLite driver (Node 20), and the Node package has no SQLite store.
+        // Node has no SQLite driver (Node 20), and the Node package has no SQLite store. Clocks
+        // run behind only: see skew_offsets.
         ChaosStore::Sqlite => vec![
             s(Runtime::Rust, Route::Direct, None),
             s(Runtime::Rust, Route::Direct, Some("-1h")),
             s(Runtime::Component, Route::Direct, None),
             s(Runtime::Python, Route::Direct, None),
-            s(Runtime::Python, Route::Direct, Some("+1h")),
+            s(Runtime::Python, Route::Direct, Some("-1h")),
         ],
+    }
+}
+
+/// The clock offsets a `clock_skew` fault picks from. PostgreSQL's clock is the server's, so
+/// either way is harmless. A SQLite file's clock is the clock of whichever process writes,
+/// kept from going backwards by `heart_clock` (migration 0002): a process an hour behind is
+/// harmless, but one an hour ahead moves the store's clock an hour forward for everyone
+/// (leases end early, which is safe, and the clock then stands still until the other clocks
+/// catch up, so a dead worker's run waits that hour to be swept). Processes on one machine
+/// share its clock, so SQLite meets a clock ahead only when the machine's clock steps back.
+fn skew_offsets(store: ChaosStore) -> &'static [&'static str] {
+    match store {
+        ChaosStore::Postgres => &["+1h", "-1h"],
+        ChaosStore::Sqlite => &["-1h"],
     }
 }
 
@@ -544,6 +562,8 @@ struct Harness<'a> {
     slots: Vec<Slot>,
     workers: Vec<Worker>,
     next_worker: u32,
+    /// Workers that exited by themselves, per slot.
+    early_exits: BTreeMap<usize, u32>,
     started: BTreeMap<&'static str, u64>,
     faults: BTreeMap<&'static str, u64>,
     undo: Vec<(Instant, Undo)>,
@@ -605,6 +625,7 @@ pub fn run(cfg: ChaosConfig, progress: Option<&mut dyn Write>) -> Result<ChaosRe
         slots,
         workers: Vec::new(),
         next_worker: 0,
+        early_exits: BTreeMap::new(),
         started: BTreeMap::new(),
         faults: FaultKind::ALL.iter().map(|k| (k.name(), 0)).collect(),
         undo: Vec::new(),
@@ -769,7 +790,8 @@ impl Harness<'_> {
     }
 
     /// Workers that exited on their own: an error (a worker must ride through every fault), and
-    /// a replacement in their slot.
+    /// a replacement in their slot, unless that slot's workers keep dying
+    /// ([`MAX_EARLY_EXITS`]: a worker that cannot start at all).
     fn reap(&mut self) -> Result<(), String> {
         let mut i = 0;
         while i < self.workers.len() {
@@ -780,8 +802,14 @@ impl Harness<'_> {
                     let tail: String = tail.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
                     self.errors.push(format!("worker {} exited by itself ({status}): {tail}", w.name));
                     let slot = w.slot;
-                    let skew = self.slots[slot].skew;
-                    self.spawn(slot, skew)?;
+                    let exits = self.early_exits.entry(slot).or_default();
+                    *exits += 1;
+                    if *exits < MAX_EARLY_EXITS {
+                        let skew = self.slots[slot].skew;
+                        self.spawn(slot, skew)?;
+                    } else {
+                        self.errors.push(format!("slot {slot} ({}) given up after {MAX_EARLY_EXITS} exits", w.name));
+                    }
                 }
                 Ok(None) => i += 1,
                 Err(e) => return Err(format!("wait for a worker: {e}")),
@@ -883,7 +911,8 @@ impl Harness<'_> {
             }
             FaultKind::ClockSkew => {
                 if let Some(i) = self.victim() {
-                    let offset = if self.rng.chance(0.5) { "+1h" } else { "-1h" };
+                    let offsets = skew_offsets(self.cfg.store);
+                    let offset = offsets[self.rng.index(offsets.len())];
                     let name = self.workers[i].name.clone();
                     self.kill(i, Some(offset))?;
                     self.note(|| format!("clock_skew: {name} replaced by a worker at {offset}"));
@@ -1109,7 +1138,10 @@ impl Harness<'_> {
             receipts,
             deliveries: h.deliveries.len() as u64,
             transitions: h.transitions.len() as u64,
-            faults: std::mem::take(&mut self.faults),
+            faults: std::mem::take(&mut self.faults)
+                .into_iter()
+                .filter(|(k, _)| FaultKind::ALL.iter().any(|f| f.name() == *k && f.applies_to(self.cfg.store)))
+                .collect(),
             exclusion_violations: v.exclusion_violations,
             epoch_regressions: v.epoch_regressions,
             duplicate_effects: v.duplicate_effects,

@@ -159,11 +159,37 @@ fn migrations_are_idempotent_and_create_every_table() {
             "agent_instances",
             "agent_runs",
             "effect_intents",
+            "heart_clock",
             "heart_fencing_epoch_monotonic",
             "heart_receipts",
             "outbox_dispatch_log"
         ]
     );
+}
+
+/// The clock read of every request: the later of this process's clock and the latest instant a
+/// request used, kept as the new latest, so processes whose clocks disagree never take the
+/// store's clock backwards.
+#[test]
+fn the_store_clock_never_goes_backwards() {
+    let db = Lite::open();
+    let now = |db: &Lite| match db.query(heart_fleet_core::sql::SQLITE_CLOCK, vec![]).first().map(|r| r[0].1.clone()) {
+        Some(SqlValue::Text(t)) => t,
+        other => panic!("{other:?}"),
+    };
+    let first = now(&db);
+    let second = now(&db);
+    assert!(second >= first, "{first} then {second}");
+    // A process whose clock is ahead moved the clock: everyone else reads that instant now.
+    db.query("UPDATE heart_clock SET now = '2999-01-01T00:00:00.000Z'", vec![]);
+    assert_eq!(now(&db), "2999-01-01T00:00:00.000Z");
+    assert_eq!(now(&db), "2999-01-01T00:00:00.000Z");
+    // A stored instant in the past: this process's clock, stored as the latest.
+    db.query("UPDATE heart_clock SET now = '2000-01-01T00:00:00.000Z'", vec![]);
+    let fresh = now(&db);
+    assert!(fresh.as_str() > "2026-01-01", "{fresh}");
+    let stored = db.query("SELECT now FROM heart_clock", vec![]);
+    assert_eq!(stored[0][0].1, SqlValue::Text(fresh));
 }
 
 #[test]
