@@ -13,7 +13,8 @@
 # host-examples/node; then, through scripts/test-python.sh, maturin (in a tools venv) and
 # the wheel's test dependencies (pytest, psycopg, mypy in a fresh venv); and through
 # scripts/test-deno.sh, wasm-bindgen-cli 0.2.130 (cargo install) and deno, esbuild and
-# binaryen (npm ci in bindings-wasm/bindgen).
+# binaryen (npm ci in bindings-wasm/bindgen); and through scripts/fleet-chaos.sh, Debian's
+# libfaketime and a Python venv (target/chaos-venv) with the wheel and psycopg.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -102,6 +103,32 @@ bash scripts/test-python.sh
 
 step "Deno and edge runtimes: the wasm-bindgen module in a real Deno and in Node, Deno KV, the Deno.serve example"
 bash scripts/test-deno.sh
+
+# Last: the PostgreSQL run restarts the server. Bounded runs; longer ones on demand
+# (bash scripts/fleet-chaos.sh --seconds 1800). Each fails the build unless its verdict is pass.
+step "a mixed fleet under faults: PostgreSQL with every fault kind (scripts/fleet-chaos.sh)"
+bash scripts/fleet-chaos.sh --store postgres --seconds 60 --seed "${HEART_CHAOS_SEED:-1}"
+step "a mixed fleet under faults: SQLite with kill, pause and clock skew"
+bash scripts/fleet-chaos.sh --store sqlite --seconds 30 --seed "${HEART_CHAOS_SEED:-1}"
+step "fleet-chaos fails a run whose workers cannot start"
+broken=$(mktemp -d)
+printf 'exit 3\n' > "$broken/worker.py"
+set +e
+"$HEART_FLEET_CLI" fleet-chaos --store-kind sqlite --seconds 10 --json --dir "$broken/run" \
+  --faketime /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 --python /bin/sh --python-worker "$broken/worker.py" \
+  > "$broken/report.json"
+status=$?
+set -e
+python3 - "$broken/report.json" "$status" <<'PY'
+import json, sys
+report = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+assert sys.argv[2] == "1", f"exit status {sys.argv[2]}"
+assert report["verdict"] == "fail", report
+assert any("exited by itself" in e for e in report["errors"]), report["errors"]
+assert any("no python worker ever took a lease" in e for e in report["errors"]), report["errors"]
+print("a fleet whose Python workers cannot start: verdict fail, and the report says why")
+PY
+rm -rf "$broken"
 
 echo
 echo "all tests passed"
