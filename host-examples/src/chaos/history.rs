@@ -14,8 +14,8 @@
 //! What it checks (each a count in [`Verdict`]):
 //!
 //! * `exclusion_violations`: a new lease taken while the row still showed another live lease
-//!   (held, expiry after the taking statement's clock), a lease renewed after it expired
-//!   (renew rejects an expired token, so a renewal past the expiry is a zombie write), and a
+//!   (held, expiry after the taking statement's clock), a lease renewed or released after it
+//!   expired (both reject an expired token, so such a write is a zombie's), and a
 //!   write whose clock is more than [`CLOCK_SLACK_MS`] behind an earlier write of the same run:
 //!   the store's clock decides exclusion, and one that runs backwards (writers whose clocks
 //!   disagree) cannot.
@@ -365,12 +365,15 @@ fn check_receipts(h: &History, v: &mut Verdict) {
     // The lease each receipt claims, and whether a transition backs it.
     let mut granted: BTreeSet<(&str, &str, Timestamp)> = BTreeSet::new();
     let mut ended: BTreeSet<(&str, &str)> = BTreeSet::new();
+    // Each end of a lease by its time: was the lease still live then?
+    let mut ended_at: BTreeMap<(&str, &str, Timestamp), bool> = BTreeMap::new();
     for t in &h.transitions {
         if let (true, Some(owner), Some(exp)) = (t.new.held(), t.new.owner.as_deref(), t.new.expires_at) {
             granted.insert((t.run_id.as_str(), owner, exp));
         }
         if let (true, false, Some(owner)) = (t.old.held(), t.new.held(), t.old.owner.as_deref()) {
             ended.insert((t.run_id.as_str(), owner));
+            ended_at.insert((t.run_id.as_str(), owner, t.at), t.old.live_at(t.at));
         }
     }
     let mut last_grant: BTreeMap<&str, (&str, Option<Timestamp>)> = BTreeMap::new();
@@ -389,7 +392,15 @@ fn check_receipts(h: &History, v: &mut Verdict) {
                 last_grant.insert(run, (owner, receipt_expiry(r)));
                 receipt_expiry(r).is_some_and(|exp| granted.contains(&(run, owner, exp)))
             }
-            "released" => ended.contains(&(run, owner)),
+            "released" => {
+                // A release is stamped with its statement's clock, like the write it made.
+                let at = text(r, "at").and_then(|t| Timestamp::parse_iso(t).ok());
+                if let Some(false) = at.and_then(|at| ended_at.get(&(run, owner, at))) {
+                    v.exclusion_violations += 1;
+                    v.found(format!("receipt {}: {owner} released run {run} after its lease expired", row.id));
+                }
+                ended.contains(&(run, owner))
+            }
             _ => true,
         };
         if !backed {
@@ -522,6 +533,20 @@ mod tests {
         let mut h = clean();
         h.transitions[1].at = ts(1200);
         only(&check(&h), "exclusion_violations", 1);
+    }
+
+    #[test]
+    fn a_release_after_the_expiry_is_an_exclusion_violation() {
+        let mut h = clean();
+        // a's lease (renewed to 1500) released at 1600, and its receipt says so.
+        h.transitions[2].at = ts(1600);
+        h.receipts[2] = receipt(3, HeartEvent::Released, "a", None, 1600);
+        h.transitions[3].at = ts(1700);
+        h.deliveries[1].at = ts(1750);
+        only(&check(&h), "exclusion_violations", 1);
+        // The same end of the lease, by the sweep (no release receipt): no violation.
+        h.receipts.remove(2);
+        assert!(check(&h).pass(), "{:?}", check(&h));
     }
 
     #[test]

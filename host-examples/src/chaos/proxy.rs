@@ -145,3 +145,78 @@ fn pump(mut from: TcpStream, mut to: TcpStream, st: &State, generation: u64) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    fn echo_server() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                std::thread::spawn(move || {
+                    let mut buf = [0; 1024];
+                    while let Ok(n @ 1..) = conn.read(&mut buf) {
+                        if conn.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn connect(p: &Proxy) -> TcpStream {
+        let c = TcpStream::connect(("127.0.0.1", p.port())).unwrap();
+        c.set_read_timeout(Some(Duration::from_millis(700))).unwrap();
+        c
+    }
+
+    fn round_trip(c: &mut TcpStream, msg: &[u8]) -> std::io::Result<Vec<u8>> {
+        c.write_all(msg)?;
+        let mut buf = vec![0; msg.len()];
+        c.read_exact(&mut buf)?;
+        Ok(buf)
+    }
+
+    fn closed(c: &mut TcpStream) -> bool {
+        let mut buf = [0; 8];
+        // A closed connection reads 0 bytes (or fails), a live one would time out.
+        let _ = c.write_all(b"x");
+        matches!(c.read(&mut buf), Ok(0)) || matches!(c.read(&mut buf), Err(e) if e.kind() != ErrorKind::WouldBlock)
+    }
+
+    #[test]
+    fn the_proxy_forwards_delays_drops_and_partitions() {
+        let p = Proxy::start(echo_server()).unwrap();
+        let mut c = connect(&p);
+        assert_eq!(round_trip(&mut c, b"hello").unwrap(), b"hello");
+
+        p.set_delay(Duration::from_millis(100));
+        let t = Instant::now();
+        assert_eq!(round_trip(&mut c, b"slow").unwrap(), b"slow");
+        assert!(t.elapsed() >= Duration::from_millis(200), "{:?}", t.elapsed());
+        p.set_delay(Duration::ZERO);
+
+        p.drop_connections();
+        std::thread::sleep(POLL * 3);
+        assert!(closed(&mut c));
+        let mut c = connect(&p);
+        assert_eq!(round_trip(&mut c, b"again").unwrap(), b"again");
+
+        p.partition();
+        assert!(round_trip(&mut c, b"lost").is_err(), "a partition lets nothing through");
+        let mut during = connect(&p);
+        assert!(round_trip(&mut during, b"new").is_err(), "nor a new connection");
+        p.heal();
+        std::thread::sleep(POLL * 3);
+        assert!(closed(&mut c), "healing closes what the partition froze");
+        let mut c = connect(&p);
+        assert_eq!(round_trip(&mut c, b"healed").unwrap(), b"healed");
+    }
+}

@@ -336,3 +336,74 @@ pub fn post_delivery(url: &str, req: &Value) -> Result<Value, String> {
     let value: Value = serde_json::from_str(body).map_err(|e| format!("receiver: {e}"))?;
     if status == "200" { Ok(value) } else { Err(format!("receiver {status}: {value}")) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (AnyStore, std::path::PathBuf) {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let path = std::env::temp_dir().join(format!("heart-chaos-receiver-{}-{nanos}.db", std::process::id()));
+        let (mut s, _) = heart_fleet_stores::open_migrated(&format!("sqlite:{}", path.display())).unwrap();
+        create_tables(&mut s).unwrap();
+        (s, path)
+    }
+
+    fn req(run: &str, key: &str, epoch: i64) -> DeliveryRequest {
+        DeliveryRequest { run: run.into(), key: key.into(), owner: "w:1".into(), epoch }
+    }
+
+    fn intent(run: &str, key: &str, epoch: i64) -> IntentRow {
+        serde_json::from_value(json!({
+            "run_id": run, "effect_key": key, "state": "dispatched", "channel": "internal", "payload_digest": "",
+            "fence_epoch": epoch, "attempts": 0, "created_at": "2026-01-01T00:00:00.000Z"
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_receiver_fences_by_epoch_keeps_duplicates_and_makes_not_sent_final() {
+        let (mut s, path) = store();
+        let first = deliver(&mut s, &req("r", "k1", 2)).unwrap().unwrap();
+        // A second delivery of a key is recorded, for the checker to count.
+        let again = deliver(&mut s, &req("r", "k1", 2)).unwrap().unwrap();
+        assert!(again > first);
+        // An epoch older than one accepted for the run is refused.
+        let stale = deliver(&mut s, &req("r", "k2", 1)).unwrap().unwrap_err();
+        assert!(stale.contains("older than epoch 2"), "{stale}");
+        // Other runs have their own newest epoch.
+        deliver(&mut s, &req("other", "k3", 1)).unwrap().unwrap();
+        // The probe: delivered means sent with its delivery as evidence ...
+        match probe(&mut s, &intent("r", "k1", 2)).unwrap() {
+            ProbeVerdict::Sent(e) => assert_eq!(e, json!({ "delivery": first, "epoch": 2 })),
+            other => panic!("{other:?}"),
+        }
+        // ... not delivered means not sent, and that epoch of that key is refused from then on.
+        assert!(matches!(probe(&mut s, &intent("r", "k4", 3)).unwrap(), ProbeVerdict::NotSent));
+        let late = deliver(&mut s, &req("r", "k4", 3)).unwrap().unwrap_err();
+        assert!(late.contains("reconciled as not sent"), "{late}");
+        deliver(&mut s, &req("r", "k4", 4)).unwrap().unwrap();
+        let all = deliveries(&mut s).unwrap();
+        let got: Vec<(&str, &str, i64)> =
+            all.iter().map(|d| (d.run_id.as_str(), d.effect_key.as_str(), d.epoch)).collect();
+        assert_eq!(got, [("r", "k1", 2), ("r", "k1", 2), ("other", "k3", 1), ("r", "k4", 4)]);
+        drop(s);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn the_receiver_answers_over_http() {
+        let (s, path) = store();
+        let r = Receiver::start(s).unwrap();
+        let ok = post_delivery(&r.url(), &json!({ "run": "r", "key": "k", "owner": "w:1", "epoch": 5 })).unwrap();
+        assert_eq!(ok["epoch"], 5);
+        assert!(ok["delivery"].as_i64().is_some());
+        let refused =
+            post_delivery(&r.url(), &json!({ "run": "r", "key": "k", "owner": "w:1", "epoch": 4 })).unwrap_err();
+        assert!(refused.starts_with("receiver 409"), "{refused}");
+        let bad = post_delivery(&r.url(), &json!({ "run": "r", "key": "k", "epoch": 5, "extra": 1 })).unwrap_err();
+        assert!(bad.starts_with("receiver 400"), "{bad}");
+        drop(r);
+        let _ = std::fs::remove_file(path);
+    }
+}
