@@ -18,7 +18,8 @@
 //!
 //! # The faults
 //!
-//! From the seed, at random times, each kind the store has at least once: `kill` (SIGKILL of a
+//! From the seed, at random times, each kind the store has at least once and one more fault of
+//! a random kind for every ten seconds: `kill` (SIGKILL of a
 //! worker, preferably one holding a lease; a replacement starts), `pause` (SIGSTOP for the TTL
 //! and 1.5 s more, then SIGCONT: the woken worker must find itself fenced out),
 //! `backend_kill` (`pg_terminate_backend` of every worker connection), `restart` (the
@@ -261,24 +262,11 @@ pub struct ChaosReport {
     pub transitions: u64,
     /// Faults injected, per kind the store has.
     pub faults: BTreeMap<&'static str, u64>,
-    /// See [`Verdict`].
-    pub exclusion_violations: u64,
-    /// See [`Verdict`].
-    pub epoch_regressions: u64,
-    /// See [`Verdict`].
-    pub duplicate_effects: u64,
-    /// See [`Verdict`].
-    pub stale_effects: u64,
-    /// See [`Verdict`].
-    pub lost_evidence: u64,
-    /// See [`Verdict`].
-    pub receipt_mismatches: u64,
-    /// See [`Verdict`].
-    pub unfinished_runs: u64,
+    /// The checker's counts and findings (flattened: the seven counts and `findings`).
+    #[serde(flatten)]
+    pub checked: Verdict,
     /// From a SIGKILL of a worker holding a lease to the run's next lease (store clock).
     pub recovery_ms: Recovery,
-    /// The checker's findings.
-    pub findings: Vec<String>,
     /// What kept the run from proving anything (a worker that died on its own, a fault that
     /// could not be injected, too few operations).
     pub errors: Vec<String>,
@@ -1142,15 +1130,8 @@ impl Harness<'_> {
                 .into_iter()
                 .filter(|(k, _)| FaultKind::ALL.iter().any(|f| f.name() == *k && f.applies_to(self.cfg.store)))
                 .collect(),
-            exclusion_violations: v.exclusion_violations,
-            epoch_regressions: v.epoch_regressions,
-            duplicate_effects: v.duplicate_effects,
-            stale_effects: v.stale_effects,
-            lost_evidence: v.lost_evidence,
-            receipt_mismatches: v.receipt_mismatches,
-            unfinished_runs: v.unfinished_runs,
+            checked: v,
             recovery_ms: recovery,
-            findings: v.findings,
             errors,
             history: path.display().to_string(),
             verdict: if pass { "pass" } else { "fail" },
@@ -1160,7 +1141,8 @@ impl Harness<'_> {
 
 /// The schedule: each timed kind the store has, once at least, in a random order spread over
 /// the middle of the run (from an eighth to three quarters of it, so the fleet is busy before
-/// and has time to recover after); then one more kill or pause for every ten seconds.
+/// and has time to recover after); then one more, of a kind drawn at random, for every ten
+/// seconds, so a long run meets every kind many times.
 fn fault_schedule(store: ChaosStore, seconds: u64, rng: &mut SplitMix64) -> Vec<(Duration, FaultKind)> {
     let mut kinds: Vec<FaultKind> = FaultKind::ALL.into_iter().filter(|k| k.timed() && k.applies_to(store)).collect();
     rng.shuffle(&mut kinds);
@@ -1172,8 +1154,9 @@ fn fault_schedule(store: ChaosStore, seconds: u64, rng: &mut SplitMix64) -> Vec<
         .enumerate()
         .map(|(i, k)| (Duration::from_millis(from + slot * i as u64 + rng.below(slot / 2 + 1)), k))
         .collect();
+    let kinds: Vec<FaultKind> = out.iter().map(|(_, k)| *k).collect();
     for _ in 0..seconds / 10 {
-        let kind = if rng.chance(0.5) { FaultKind::Kill } else { FaultKind::Pause };
+        let kind = kinds[rng.index(kinds.len())];
         out.push((Duration::from_millis(from + rng.below(to - from + 1)), kind));
     }
     out.sort_by_key(|(at, _)| *at);
@@ -1214,17 +1197,8 @@ impl ChaosReport {
             "operations {} (receipts), deliveries {}, transitions {}",
             self.operations, self.deliveries, self.transitions
         )?;
-        writeln!(
-            out,
-            "exclusion {} · epochs {} · duplicates {} · stale {} · lost evidence {} · receipts {} · unfinished {}",
-            self.exclusion_violations,
-            self.epoch_regressions,
-            self.duplicate_effects,
-            self.stale_effects,
-            self.lost_evidence,
-            self.receipt_mismatches,
-            self.unfinished_runs
-        )?;
+        let counts = self.checked.counts().iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ");
+        writeln!(out, "{counts}")?;
         if let (Some(median), Some(max)) = (self.recovery_ms.median, self.recovery_ms.max) {
             writeln!(
                 out,
@@ -1232,7 +1206,7 @@ impl ChaosReport {
                 self.recovery_ms.samples
             )?;
         }
-        for f in &self.findings {
+        for f in &self.checked.findings {
             writeln!(out, "finding: {f}")?;
         }
         for e in &self.errors {
