@@ -1251,6 +1251,59 @@ mod tests {
         }
     }
 
+    /// The history trigger and `read_history` on a real SQLite file: the fleet's writes come
+    /// back in order with their epochs, and a write made behind the library's back (a lease
+    /// taken while another is live) is found.
+    #[test]
+    fn the_history_of_a_sqlite_store_is_read_back_and_a_forged_takeover_is_found() {
+        use heart_fleet_core::ops::{Fenced, ReleaseTo};
+
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos();
+        let path = std::env::temp_dir().join(format!("heart-chaos-history-{}-{nanos}.db", std::process::id()));
+        let url = format!("sqlite:{}", path.display());
+        let (mut store, _) = heart_fleet_stores::open_migrated(&url).unwrap();
+        create_history_trigger(&mut store).unwrap();
+        receiver::create_tables(&mut store).unwrap();
+        let (sink, _) = ReceiptTableSink::new(&store);
+        let mut fleet = EngineKind::Native.prepare().unwrap().build(store, None, Box::new(sink)).unwrap();
+        let (run, _) = fleet.ensure_resource_run("chaos", "t", "test", "test").unwrap();
+        let a = fleet.acquire(&run.id, "a", 60).unwrap().fence.unwrap();
+        let Fenced::Ok { value: a } = fleet.renew(&a, 60).unwrap() else { panic!("renew refused") };
+        assert!(matches!(fleet.release(&a, ReleaseTo::Ready).unwrap(), Fenced::Ok { .. }));
+        let b = fleet.acquire(&run.id, "b", 60).unwrap().fence.unwrap();
+
+        let mut reader = heart_fleet_stores::open(&url).unwrap();
+        let h = read_history(&mut reader).unwrap();
+        let seen: Vec<(Option<&str>, &str, i64)> =
+            h.transitions.iter().map(|t| (t.new.owner.as_deref(), t.new.status.as_str(), t.new.epoch)).collect();
+        assert_eq!(
+            seen,
+            [(Some("a"), "leased", 1), (Some("a"), "leased", 1), (None, "ready", 1), (Some("b"), "leased", 2)]
+        );
+        assert_eq!(h.receipts.len(), 4);
+        assert_eq!(h.runs.len(), 1);
+        let v = history::check(&h);
+        // b still holds the run: that alone, and its receipt backs it.
+        assert_eq!(v.counts().iter().map(|(_, n)| n).sum::<u64>(), 1, "{v:?}");
+        assert_eq!(v.unfinished_runs, 1);
+
+        // Mallory takes the run while b's lease is live, without the library.
+        reader
+            .batch(&format!(
+                "UPDATE agent_runs SET lease_owner = 'mallory', fencing_epoch = fencing_epoch + 1, \
+                 lease_expires_at = '2999-01-01T00:00:00.000Z', updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') \
+                 WHERE id = '{}'",
+                b.run_id
+            ))
+            .unwrap();
+        let v = history::check(&read_history(&mut reader).unwrap());
+        assert_eq!((v.exclusion_violations, v.receipt_mismatches), (1, 1), "{v:?}");
+        drop((fleet, reader));
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+
     #[test]
     fn recovery_is_measured_to_the_next_lease_by_another_owner() {
         let state = |owner: Option<&str>, status: &str| LeaseState {
