@@ -37,14 +37,23 @@ case "$store" in postgres|sqlite) ;; *) echo "fleet-chaos.sh: --store is postgre
 
 say() { printf '# fleet-chaos.sh: %s\n' "$*" >&2; }
 
-faketime=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
-if [ ! -f "$faketime" ]; then
+find_faketime() { ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n 1; }
+faketime=$(find_faketime)
+if [ -z "$faketime" ]; then
   say "installing libfaketime (Debian)"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfaketime >/dev/null
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfaketime >/dev/null
+  faketime=$(find_faketime)
 fi
 
-cli=${HEART_FLEET_CLI:-$root/target/release/heart-fleet}
-[ -x "$cli" ] || { say "building the release CLI"; cargo build -q --release -p heart-fleet-host; }
+# HEART_FLEET_CLI: a CLI built already (scripts/test-all.sh); else this tree's, built now
+# (incremental: quick when nothing changed).
+if [ -n "${HEART_FLEET_CLI:-}" ]; then
+  cli=$HEART_FLEET_CLI
+else
+  cargo build -q --release -p heart-fleet-host
+  cli=$root/target/release/heart-fleet
+fi
 [ -f target/component/heart_fleet.wasm ] || { say "building the component"; cargo run -q -p xtask -- component; }
 
 if [ ! -f bindings-node/heart-fleet.linux-x64-gnu.node ] || [ ! -d bindings-node/node_modules/pg ]; then
@@ -64,8 +73,10 @@ if ! ls bindings-python/dist/heart_fleet-*.whl >/dev/null 2>&1; then
 fi
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -c 'import psycopg' 2>/dev/null || "$venv/bin/pip" install -q --disable-pip-version-check "psycopg[binary]"
-# The wheel of this tree, every time (a stale wheel would test old code).
-"$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps bindings-python/dist/heart_fleet-*.whl
+# The newest wheel in bindings-python/dist, reinstalled every run (scripts/test-python.sh
+# builds it from this tree; by hand, rebuild it after changing the core).
+wheel=$(ls -t bindings-python/dist/heart_fleet-*.whl | head -n 1)
+"$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$wheel"
 
 args=(--store-kind "$store" --seconds "$seconds" --seed "$seed"
   --faketime "$faketime" --node-worker scripts/chaos/worker.mjs
@@ -76,9 +87,12 @@ if [ "$store" = postgres ]; then
   source scripts/postgres.sh
   ensure_postgres >&2
   ensure_pgbouncer >&2
-  version=$(ls /etc/postgresql | sort -V | tail -n 1)
+  # The cluster that serves DATABASE_URL's port (the harness checks that it did restart).
+  port=$(printf '%s' "$DATABASE_URL" | sed -nE 's#^[a-z]+://[^/]*:([0-9]+)/.*#\1#p')
+  cluster=$(pg_lsclusters -h | awk -v port="${port:-5432}" '$3 == port { print $1 " " $2; exit }')
+  [ -n "$cluster" ] || { echo "fleet-chaos.sh: no PostgreSQL cluster listens on port ${port:-5432}" >&2; exit 2; }
   args+=(--database-url "$DATABASE_URL" --pooler-url "$HEART_PGBOUNCER_URL"
-    --restart-command "pg_ctlcluster $version main restart -m fast")
+    --restart-command "pg_ctlcluster $cluster restart -m fast")
 fi
 rm -rf "$root/target/fleet-chaos/$store-$seed"
 exec "$cli" fleet-chaos "${args[@]}" "${json[@]}"

@@ -115,7 +115,7 @@ broken=$(mktemp -d)
 printf 'exit 3\n' > "$broken/worker.py"
 set +e
 "$HEART_FLEET_CLI" fleet-chaos --store-kind sqlite --seconds 10 --json --dir "$broken/run" \
-  --faketime /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 --python /bin/sh --python-worker "$broken/worker.py" \
+  --faketime "$(ls /usr/lib/*/faketime/libfaketime.so.1 | head -n 1)" --python /bin/sh --python-worker "$broken/worker.py" \
   > "$broken/report.json"
 status=$?
 set -e

@@ -14,7 +14,8 @@
 --
 -- so the store's clock never goes backwards, whoever's clock is behind. A process whose clock
 -- is ahead moves it forward for everyone: leases then end early (safe: a holder whose lease
--- ended is fenced out), and the clock stands still until the others' clocks catch up.
+-- ended is fenced out), and the clock stands still until the others' clocks catch up, so until
+-- then no lease expires and a dead holder's run waits (a liveness loss, never a safety one).
 -- Idempotent: safe to run twice.
 
 CREATE TABLE IF NOT EXISTS heart_clock (

@@ -89,7 +89,9 @@ async function round() {
   await heart.release(fence, 'ready');
 }
 
-while (!existsSync(stopFile)) {
+// A harness that died cannot create the stop file: a new parent means it is gone.
+const parent = process.ppid;
+while (!existsSync(stopFile) && process.ppid === parent) {
   try {
     await round();
   } catch (e) {

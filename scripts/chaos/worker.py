@@ -126,7 +126,9 @@ def one_round() -> None:
     heart.release(fence, "ready")
 
 
-while not os.path.exists(STOP):
+# A harness that died cannot create the stop file: a new parent means it is gone.
+PARENT = os.getppid()
+while not os.path.exists(STOP) and os.getppid() == PARENT:
     try:
         one_round()
     except Exception as e:  # a store failure, a refused send: the next round goes on

@@ -176,8 +176,8 @@ impl FaultKind {
     }
 }
 
-/// What `fleet-chaos` is told.
-#[derive(Debug, Clone)]
+/// What `fleet-chaos` is told. (Its `Debug` shows the URLs redacted.)
+#[derive(Clone)]
 pub struct ChaosConfig {
     /// The store kind.
     pub store: ChaosStore,
@@ -208,6 +208,22 @@ pub struct ChaosConfig {
     /// Where the run's files go (history.json, the workers' stderr); a temporary directory if
     /// not given.
     pub dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for ChaosConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChaosConfig")
+            .field("store", &self.store)
+            .field("seconds", &self.seconds)
+            .field("seed", &self.seed)
+            .field("database_url", &self.database_url.as_deref().map(redact))
+            .field("pooler_url", &self.pooler_url.as_deref().map(redact))
+            .field("restart_command", &self.restart_command)
+            .field("runs", &self.runs)
+            .field("ttl_seconds", &self.ttl_seconds)
+            .field("work_ms", &self.work_ms)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where a worker's connections go.
@@ -267,6 +283,10 @@ pub struct ChaosReport {
     pub checked: Verdict,
     /// From a SIGKILL of a worker holding a lease to the run's next lease (store clock).
     pub recovery_ms: Recovery,
+    /// Sweeper passes (TTL sweep, liveness, reconciler, operator) that met a store failure.
+    pub sweep_errors: u64,
+    /// Deliveries the receiver answered 503 (its store failed).
+    pub receiver_store_errors: u64,
     /// What kept the run from proving anything (a worker that died on its own, a fault that
     /// could not be injected, too few operations).
     pub errors: Vec<String>,
@@ -295,12 +315,19 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// A `postgres://` URL taken apart: `postgres://AUTH@HOST:PORT/DB?QUERY`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A `postgres://` URL taken apart: `postgres://AUTH@HOST:PORT/DB?QUERY`. Only the server is
+/// kept: the harness makes its own database and parameters. (`Debug` hides the credentials.)
+#[derive(Clone, PartialEq, Eq)]
 struct PgUrl {
     auth: String,
     host: String,
     port: u16,
+}
+
+impl std::fmt::Debug for PgUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PgUrl(****@{}:{})", self.host, self.port)
+    }
 }
 
 impl PgUrl {
@@ -487,6 +514,7 @@ pub fn read_history(store: &mut AnyStore) -> Result<History, String> {
     }
     h.killed_owners =
         q(store, "SELECT owner FROM chaos_killed")?.iter().filter_map(|r| cell_text(r, "owner")).collect();
+    h.store = Some(if pg { "postgres" } else { "sqlite" }.to_owned());
     Ok(h)
 }
 
@@ -529,11 +557,14 @@ fn skew_offsets(store: ChaosStore) -> &'static [&'static str] {
     }
 }
 
-/// Something to undo at a time.
+/// Something to undo at a time: a paused worker to wake (its own timer normally has).
 enum Undo {
     Resume(u32),
-    Heal(usize),
-    NoDelay,
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to `pid` with kill(1) (this crate has no unsafe code).
+fn signal(pid: u32, signal: &str) -> bool {
+    Command::new("kill").args([signal, &pid.to_string()]).status().is_ok_and(|s| s.success())
 }
 
 struct Harness<'a> {
@@ -563,6 +594,18 @@ struct Harness<'a> {
     rng: SplitMix64,
     progress: Option<&'a mut dyn Write>,
     start: Instant,
+}
+
+/// No worker outlives the harness, even one that fails or unwinds (the workers also exit when
+/// their parent changes, for a harness killed outright).
+impl Drop for Harness<'_> {
+    fn drop(&mut self) {
+        for w in &mut self.workers {
+            signal(w.child.id(), "-CONT");
+            let _ = w.child.kill();
+            let _ = w.child.wait();
+        }
+    }
 }
 
 /// Runs the fleet under faults and judges it.
@@ -671,7 +714,7 @@ fn make_store(cfg: &ChaosConfig, dir: &Path) -> Result<Target, String> {
             Ok(Target { pg: None, sqlite: Some(path) })
         }
         ChaosStore::Postgres => {
-            let url = cfg.database_url.as_deref().ok_or("--store postgres needs --database-url")?;
+            let url = cfg.database_url.as_deref().ok_or("--store-kind postgres needs --database-url")?;
             let server = PgUrl::parse(url)?;
             let pooler = cfg.pooler_url.as_deref().map(PgUrl::parse).transpose()?;
             let mut admin = heart_fleet_stores::connect(url).map_err(err_text)?;
@@ -737,7 +780,6 @@ impl Harness<'_> {
             .stderr(Stdio::from(err_file));
         if let (Some(offset), Some(lib)) = (skew, &self.cfg.faketime) {
             cmd.env("LD_PRELOAD", lib).env("FAKETIME", offset).env("FAKETIME_NO_CACHE", "1");
-            *self.faults.entry(FaultKind::ClockSkew.name()).or_default() += 1;
         }
         if s.route == Route::Pooler {
             *self.faults.entry(FaultKind::Pooler.name()).or_default() += 1;
@@ -870,8 +912,10 @@ impl Harness<'_> {
         let _ = self.fleet.store_mut().query(&stmt);
     }
 
-    fn signal(&mut self, pid: u32, signal: &str) -> bool {
-        Command::new("kill").args([signal, &pid.to_string()]).status().is_ok_and(|s| s.success())
+    /// When the PostgreSQL server the harness uses started (`None`: it does not answer).
+    fn server_started(&mut self) -> Option<String> {
+        let rows = q(self.fleet.store_mut(), "SELECT pg_postmaster_start_time()::text AS t").ok()?;
+        rows.first().and_then(|r| cell_text(r, "t"))
     }
 
     fn inject(&mut self, kind: FaultKind) -> Result<(), String> {
@@ -888,8 +932,14 @@ impl Harness<'_> {
             FaultKind::Pause => {
                 if let Some(i) = self.victim() {
                     let pid = self.workers[i].child.id();
-                    if self.signal(pid, "-STOP") {
+                    if signal(pid, "-STOP") {
                         self.workers[i].paused = true;
+                        // The wake-up has a timer of its own: the harness may be stuck behind
+                        // the paused worker (a SQLite write lock it holds) when it is due.
+                        std::thread::spawn(move || {
+                            std::thread::sleep(pause);
+                            signal(pid, "-CONT");
+                        });
                         self.undo.push((Instant::now() + pause, Undo::Resume(pid)));
                         self.count(kind);
                         let name = self.workers[i].name.clone();
@@ -903,6 +953,7 @@ impl Harness<'_> {
                     let offset = offsets[self.rng.index(offsets.len())];
                     let name = self.workers[i].name.clone();
                     self.kill(i, Some(offset))?;
+                    self.count(kind);
                     self.note(|| format!("clock_skew: {name} replaced by a worker at {offset}"));
                 }
             }
@@ -923,39 +974,62 @@ impl Harness<'_> {
                 }
             }
             FaultKind::Restart => {
+                // Counted only when the server the fleet uses did start again.
+                let before = self.server_started();
                 let command = self.cfg.restart_command.clone().unwrap_or_default();
                 let t = Instant::now();
-                let ok =
+                let ran =
                     Command::new("sh").args(["-c", &command]).stdout(Stdio::null()).status().is_ok_and(|s| s.success());
-                if ok {
+                let mut after = None;
+                while after.is_none() && t.elapsed() < Duration::from_secs(15) {
+                    after = self.server_started();
+                    if after.is_none() {
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                }
+                let restarted = ran && before.is_some() && after.is_some() && before != after;
+                if restarted {
                     self.count(kind);
                 }
                 self.note(|| {
-                    format!("restart: {} in {} ms", if ok { "done" } else { "FAILED" }, t.elapsed().as_millis())
+                    format!(
+                        "restart: {} in {} ms",
+                        if restarted { "done" } else { "FAILED (the server did not start again)" },
+                        t.elapsed().as_millis()
+                    )
                 });
             }
             FaultKind::ProxyDelay => {
+                let open: u64 = self.proxies.iter().map(Proxy::open_connections).sum();
                 for p in &self.proxies {
-                    p.set_delay(Duration::from_millis(150));
+                    p.delay_for(Duration::from_millis(150), Duration::from_secs(3));
                 }
-                self.undo.push((Instant::now() + Duration::from_secs(3), Undo::NoDelay));
-                self.count(kind);
-                self.note(|| "proxy_delay: +150 ms each way for 3 s".into());
+                if open > 0 {
+                    self.count(kind);
+                }
+                self.note(|| format!("proxy_delay: +150 ms each way for 3 s on {open} connections"));
             }
             FaultKind::ProxyDrop => {
+                let open: u64 = self.proxies.iter().map(Proxy::open_connections).sum();
                 for p in &self.proxies {
                     p.drop_connections();
                 }
-                self.count(kind);
-                self.note(|| "proxy_drop: every proxied connection closed".into());
+                if open > 0 {
+                    self.count(kind);
+                }
+                self.note(|| format!("proxy_drop: {open} proxied connections closed"));
             }
             FaultKind::Partition => {
                 if !self.proxies.is_empty() {
                     let i = self.rng.index(self.proxies.len());
-                    self.proxies[i].partition();
-                    self.undo.push((Instant::now() + pause, Undo::Heal(i)));
-                    self.count(kind);
-                    self.note(|| format!("partition: proxy {i} cut off for {} ms", pause.as_millis()));
+                    let open = self.proxies[i].open_connections();
+                    self.proxies[i].partition_for(pause);
+                    if open > 0 {
+                        self.count(kind);
+                    }
+                    self.note(|| {
+                        format!("partition: proxy {i} ({open} connections) cut off for {} ms", pause.as_millis())
+                    });
                 }
             }
             FaultKind::Pooler => {}
@@ -972,22 +1046,12 @@ impl Harness<'_> {
         for (_, u) in due {
             match u {
                 Undo::Resume(pid) => {
-                    self.signal(pid, "-CONT");
+                    // Its timer sent SIGCONT already, unless the run is stopping early.
+                    signal(pid, "-CONT");
                     if let Some(w) = self.workers.iter_mut().find(|w| w.child.id() == pid) {
                         w.paused = false;
                     }
                     self.note(|| format!("pause: SIGCONT pid {pid}"));
-                }
-                Undo::Heal(i) => {
-                    if let Some(p) = self.proxies.get(i) {
-                        p.heal();
-                    }
-                    self.note(|| format!("partition: proxy {i} healed"));
-                }
-                Undo::NoDelay => {
-                    for p in &self.proxies {
-                        p.set_delay(Duration::ZERO);
-                    }
                 }
             }
         }
@@ -1003,9 +1067,11 @@ impl Harness<'_> {
             self.ext = heart_fleet_stores::open(&self.target.harness_url()).ok();
         }
         let ext = &mut self.ext;
-        let mut probe = |intent: &IntentRow| {
-            let store = ext.as_mut()?;
-            Some(receiver::probe(store, intent).map_err(err_text))
+        // A probe that cannot reach the receiver's tables is an error for that intent (tried
+        // again next pass), never "nobody can tell", which would count towards abandoning it.
+        let mut probe = |intent: &IntentRow| match ext.as_mut() {
+            Some(store) => Some(receiver::probe(store, intent).map_err(err_text)),
+            None => Some(Err("the receiver's tables cannot be reached".to_owned())),
         };
         failed |=
             self.fleet.reconcile_outbox(&mut probe, DEFAULT_RECONCILE_MAX_ATTEMPTS, DEFAULT_RECONCILE_LIMIT).is_err();
@@ -1112,9 +1178,6 @@ impl Harness<'_> {
             errors
                 .push(format!("{operations} operations, fewer than the {floor} a run of {} s needs", self.cfg.seconds));
         }
-        if self.receiver.store_errors() > 0 {
-            self.note(|| "the receiver met store failures (told the workers 503)".into());
-        }
         let recovery = recovery(&self.kills, h);
         let pass = v.pass() && errors.is_empty();
         ChaosReport {
@@ -1132,6 +1195,8 @@ impl Harness<'_> {
                 .collect(),
             checked: v,
             recovery_ms: recovery,
+            sweep_errors: self.sweep_errors,
+            receiver_store_errors: self.receiver.store_errors(),
             errors,
             history: path.display().to_string(),
             verdict: if pass { "pass" } else { "fail" },

@@ -22,6 +22,8 @@ struct State {
     partitioned: AtomicBool,
     /// Bumped to close every connection opened before.
     generation: AtomicU64,
+    /// Client connections accepted and not yet closed.
+    open: AtomicU64,
     stop: AtomicBool,
 }
 
@@ -60,9 +62,25 @@ impl Proxy {
         self.addr.port()
     }
 
+    /// Client connections open now (a fault on a proxy nobody uses injects nothing).
+    pub fn open_connections(&self) -> u64 {
+        self.state.open.load(Ordering::Relaxed)
+    }
+
     /// Latency added to every chunk, each way (0: none).
     pub fn set_delay(&self, delay: Duration) {
         self.state.delay_ms.store(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Latency for `how_long`, ended by a timer of its own (so a harness busy elsewhere, e.g.
+    /// waiting on a lock a paused worker holds, cannot make it last longer).
+    pub fn delay_for(&self, delay: Duration, how_long: Duration) {
+        self.set_delay(delay);
+        let st = self.state.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(how_long);
+            st.delay_ms.store(0, Ordering::Relaxed);
+        });
     }
 
     /// Closes every open connection (the peers see a reset network).
@@ -75,10 +93,40 @@ impl Proxy {
         self.state.partitioned.store(true, Ordering::Relaxed);
     }
 
+    /// A partition for `how_long`, healed by a timer of its own (see [`Proxy::delay_for`]).
+    pub fn partition_for(&self, how_long: Duration) {
+        self.partition();
+        let st = self.state.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(how_long);
+            heal(&st);
+        });
+    }
+
     /// Ends a partition: the connections it froze are closed, new ones go through.
     pub fn heal(&self) {
-        self.state.partitioned.store(false, Ordering::Relaxed);
-        self.drop_connections();
+        heal(&self.state);
+    }
+}
+
+fn heal(st: &State) {
+    st.partitioned.store(false, Ordering::Relaxed);
+    st.generation.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts a client connection while it is open.
+struct Open<'a>(&'a State);
+
+impl<'a> Open<'a> {
+    fn new(st: &'a State) -> Open<'a> {
+        st.open.fetch_add(1, Ordering::Relaxed);
+        Open(st)
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -93,6 +141,7 @@ impl Drop for Proxy {
 }
 
 fn connect(client: TcpStream, upstream: SocketAddr, st: &Arc<State>) {
+    let _open = Open::new(st);
     let generation = st.generation.load(Ordering::Relaxed);
     let stale = |st: &State| st.stop.load(Ordering::Relaxed) || st.generation.load(Ordering::Relaxed) != generation;
     // A partitioned network: the connection attempt hangs (the client's connect deadline ends it).
@@ -218,5 +267,21 @@ mod tests {
         assert!(closed(&mut c), "healing closes what the partition froze");
         let mut c = connect(&p);
         assert_eq!(round_trip(&mut c, b"healed").unwrap(), b"healed");
+        assert_eq!(p.open_connections(), 1);
+
+        // The timed forms end by themselves.
+        p.partition_for(Duration::from_millis(300));
+        assert!(round_trip(&mut c, b"cut").is_err());
+        std::thread::sleep(Duration::from_millis(300));
+        let mut c = connect(&p);
+        assert_eq!(round_trip(&mut c, b"back").unwrap(), b"back");
+        p.delay_for(Duration::from_millis(100), Duration::from_millis(400));
+        std::thread::sleep(Duration::from_millis(500));
+        let t = Instant::now();
+        assert_eq!(round_trip(&mut c, b"fast").unwrap(), b"fast");
+        assert!(t.elapsed() < Duration::from_millis(150), "{:?}", t.elapsed());
+        drop(c);
+        std::thread::sleep(POLL * 3);
+        assert_eq!(p.open_connections(), 0);
     }
 }

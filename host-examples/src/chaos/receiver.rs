@@ -58,7 +58,8 @@ pub(super) fn cell_int(row: &SqlRow, name: &str) -> Option<i64> {
     }
 }
 
-/// The store's clock as `toISOString()` text, in an expression of each dialect.
+/// The receiving side's clock as `toISOString()` text, in an expression of each dialect: the
+/// server's on PostgreSQL, the harness process's on SQLite (it records; it decides nothing).
 pub(super) fn now_sql(d: Dialect) -> &'static str {
     match d {
         Dialect::Sqlite => "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
@@ -282,9 +283,13 @@ fn serve(mut conn: TcpStream, store: &Mutex<AnyStore>, errors: &Mutex<u64>) {
     }
 }
 
+/// The largest request head (request line and headers) taken.
+const MAX_HEAD: u64 = 8 * 1024;
+
 /// Reads a `POST /deliver` request and returns its body.
 fn read_request(conn: &TcpStream) -> Result<Vec<u8>, String> {
-    let mut reader = BufReader::new(conn);
+    // The head is read through a limit, so a line without an end cannot grow without bound.
+    let mut reader = BufReader::new(conn.take(MAX_HEAD + MAX_BODY as u64));
     let mut line = String::new();
     reader.read_line(&mut line).map_err(|e| e.to_string())?;
     if !line.starts_with("POST /deliver ") {

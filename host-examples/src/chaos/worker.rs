@@ -3,9 +3,9 @@
 //! workers do exactly the same, through their bindings:
 //!
 //! ```text
-//! register the instance NAME:PID
-//! until the stop file exists:
-//!   heartbeat; pick a run at random; acquire it (ttl)          -- lost: pause, next
+//! until the stop file exists (or the harness is gone):
+//!   heartbeat (registering the instance NAME:PID when it is unknown or dead)
+//!   pick a run at random; acquire it (ttl)                     -- lost: pause, next
 //!   for unit u in [epoch - 1, epoch] (u >= 1):
 //!     work WORK_MS; heartbeat; renew                           -- refused: the lease is lost
 //!     sendOnce(key "chaos:RUN:u"), the send a POST to the receiver with the token's epoch
@@ -16,7 +16,9 @@
 //! Unit `epoch - 1` is the previous holder's second unit: after a clean release it is deduped,
 //! after a holder died before sending it, it is sent now, and after a holder died in the middle
 //! of sending it, the intent waits for the reconciler. Everything comes from the environment
-//! (`HEART_CHAOS_*`, see [`WorkerEnv`]), the same variables for every runtime.
+//! (`HEART_CHAOS_*`, see [`WorkerEnv`]), the same variables for every runtime; the Rust
+//! worker's store deadline is in its URL (`heart_statement_timeout_ms`), the others read
+//! `HEART_CHAOS_TIMEOUT_MS`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -83,7 +85,9 @@ pub fn run(engine: &Prepared, env: &WorkerEnv) -> Result<(), String> {
     let mut fleet = engine.build(store, None, Box::new(sink)).map_err(|e| e.to_string())?;
     let owner = format!("{}:{}", env.name, std::process::id());
     let mut rng = SplitMix64::new(env.seed);
-    while !env.stop_file.exists() {
+    let parent = std::os::unix::process::parent_id();
+    // A harness that died cannot create the stop file: a new parent means it is gone.
+    while !env.stop_file.exists() && std::os::unix::process::parent_id() == parent {
         if let Err(e) = round(fleet.as_mut(), env, &owner, &mut rng) {
             eprintln!("{owner}: {e}");
             std::thread::sleep(PAUSE_AFTER_FAILURE);
