@@ -867,23 +867,27 @@ impl Harness<'_> {
         out
     }
 
-    /// A running, unpaused worker, preferably one that holds a lease.
-    fn victim(&mut self) -> Option<usize> {
-        let held = self.held_by();
+    /// A running, unpaused worker, preferably one that holds a lease, and the runs it holds.
+    fn victim(&mut self) -> Option<(usize, Vec<String>)> {
+        let mut held = self.held_by();
         let awake: Vec<usize> = (0..self.workers.len()).filter(|&i| !self.workers[i].paused).collect();
         let holders: Vec<usize> =
             awake.iter().copied().filter(|&i| held.contains_key(&self.workers[i].owner())).collect();
         let pool = if holders.is_empty() { awake } else { holders };
-        (!pool.is_empty()).then(|| pool[self.rng.index(pool.len())])
+        if pool.is_empty() {
+            return None;
+        }
+        let i = pool[self.rng.index(pool.len())];
+        Some((i, held.remove(&self.workers[i].owner()).unwrap_or_default()))
     }
 
     fn count(&mut self, kind: FaultKind) {
         *self.faults.entry(kind.name()).or_default() += 1;
     }
 
-    /// Kills worker `i` (SIGKILL), records what it held, and starts its replacement.
-    fn kill(&mut self, i: usize, skew: Option<&'static str>) -> Result<(), String> {
-        let held = self.held_by();
+    /// Kills worker `i` (SIGKILL), records the runs it held (as [`Harness::victim`] read them
+    /// just before), and starts its replacement.
+    fn kill(&mut self, i: usize, held: Vec<String>, skew: Option<&'static str>) -> Result<(), String> {
         let mut w = self.workers.remove(i);
         let owner = w.owner();
         if w.child.kill().is_err() {
@@ -891,8 +895,8 @@ impl Harness<'_> {
         }
         let _ = w.child.wait();
         let at = now_ms();
-        for run in held.get(&owner).into_iter().flatten() {
-            self.kills.push((owner.clone(), run.clone(), at));
+        for run in held {
+            self.kills.push((owner.clone(), run, at));
         }
         self.record_killed(&owner);
         self.spawn(w.slot, skew)
@@ -922,15 +926,15 @@ impl Harness<'_> {
         let pause = Duration::from_millis(u64::try_from(self.cfg.ttl_seconds * 1000).unwrap_or(0) + 1500);
         match kind {
             FaultKind::Kill => {
-                if let Some(i) = self.victim() {
+                if let Some((i, held)) = self.victim() {
                     let name = self.workers[i].name.clone();
-                    self.kill(i, self.slots[self.workers[i].slot].skew)?;
+                    self.kill(i, held, self.slots[self.workers[i].slot].skew)?;
                     self.count(kind);
                     self.note(|| format!("kill: SIGKILL {name}"));
                 }
             }
             FaultKind::Pause => {
-                if let Some(i) = self.victim() {
+                if let Some((i, _)) = self.victim() {
                     let pid = self.workers[i].child.id();
                     if signal(pid, "-STOP") {
                         self.workers[i].paused = true;
@@ -948,11 +952,11 @@ impl Harness<'_> {
                 }
             }
             FaultKind::ClockSkew => {
-                if let Some(i) = self.victim() {
+                if let Some((i, held)) = self.victim() {
                     let offsets = skew_offsets(self.cfg.store);
                     let offset = offsets[self.rng.index(offsets.len())];
                     let name = self.workers[i].name.clone();
-                    self.kill(i, Some(offset))?;
+                    self.kill(i, held, Some(offset))?;
                     self.count(kind);
                     self.note(|| format!("clock_skew: {name} replaced by a worker at {offset}"));
                 }
