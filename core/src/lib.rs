@@ -82,7 +82,7 @@ pub use api::{FleetApi, LeaseWork};
 pub use driver::{LeaseStore, Ledger, MemoryEffectLedger};
 pub use error::{ErrorCode, HeartError, StoreError};
 pub use fleet::{ExecuteOutcome, HeartFleet, LeaseContext, LeaseOptions};
-pub use machine::{Answer, Event, Machine, Need, ProbeVerdict, Step};
+pub use machine::{Answer, Event, Machine, Need, ProbeVerdict, Step, keep_store_failure_code};
 pub use memory::MemoryStore;
 pub use metrics::{Counter, HeartMetrics};
 pub use model::{FencingToken, InstanceRow, InstanceStatus, IntentRow, IntentState, RunRow, RunStatus};

@@ -82,6 +82,17 @@ pub enum Answer {
     Probe(Result<ProbeVerdict, String>),
 }
 
+/// Keeps the code of a store failure the core (not the store) found, such as
+/// `store-protocol` for an answer of the wrong shape, when that failure is what ended the
+/// operation: a machine reports every failed store request as `store-unavailable`.
+pub fn keep_store_failure_code<T>(step: &mut Step<T>, code: ErrorCode) {
+    if let Step::Done(Err(end)) = step
+        && end.code == ErrorCode::StoreUnavailable
+    {
+        end.code = code;
+    }
+}
+
 /// A receipt or metric change, in the order the operation made them.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {

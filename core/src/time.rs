@@ -53,6 +53,12 @@ impl Timestamp {
         self.0
     }
 
+    /// `ms` milliseconds since the epoch, or `None` outside years 0000-9999 (the instants
+    /// `toISOString` prints with four digits; a store never answers others).
+    pub fn from_millis(ms: i64) -> Option<Timestamp> {
+        (MIN_MS..=MAX_MS).contains(&ms).then_some(Timestamp(ms))
+    }
+
     /// This instant plus `ms` milliseconds, or `None` past year 9999.
     pub fn plus_millis(self, ms: i64) -> Option<Timestamp> {
         let t = self.0.checked_add(ms)?;

@@ -6,15 +6,16 @@
 //! cargo run -p xtask -- imports PATH             check the imports of a built component
 //! ```
 //!
-//! `component` builds `heart-fleet-component` for `wasm32-unknown-unknown` with the `wasm`
-//! profile, wraps the core module into a component with the `wit-component` crate's
+//! `component` builds `heart-fleet-component` for `wasm32-unknown-unknown` with the
+//! `component` profile, wraps the core module into a component with the `wit-component` crate's
 //! `ComponentEncoder` (the same job as `wasm-tools component new`; wit-bindgen embedded the
 //! `component-type` section, so no WIT argument is needed) after dropping the module's
 //! `name` section (function names; `--keep-names` keeps them for readable trap backtraces),
 //! validates it with `wasmparser`,
 //! writes it to `target/component/heart_fleet.wasm` (relative to the workspace root), prints
 //! its size, its imports and its exports, and exits non-zero if the component imports
-//! anything that is not `heart:fleet/*` (the CI gate: no WASI, no clock, no randomness).
+//! anything that is not `heart:fleet/*` (the CI gate: no WASI, no clock, no randomness) or is
+//! larger than its ceiling.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -26,6 +27,9 @@ use wit_parser::{Resolve, WorldId, WorldItem, WorldKey};
 const ALLOWED_IMPORT_PREFIX: &str = "heart:fleet/";
 /// The guest crate.
 const GUEST_PACKAGE: &str = "heart-fleet-component";
+/// The most bytes the component may have: a regression guard a few per cent above its size
+/// (BENCHMARKS.md, "The component, typed"), so growth is a decision, not an accident.
+const COMPONENT_CEILING: usize = 530_000;
 /// The guest's core module file name.
 const GUEST_ARTIFACT: &str = "heart_fleet_component.wasm";
 
@@ -92,13 +96,13 @@ fn component(args: &[String]) -> Result<(), String> {
     let started = std::time::Instant::now();
     let status = cargo()
         .current_dir(&root)
-        .args(["build", "-p", GUEST_PACKAGE, "--target", "wasm32-unknown-unknown", "--profile", "wasm"])
+        .args(["build", "-p", GUEST_PACKAGE, "--target", "wasm32-unknown-unknown", "--profile", "component"])
         .status()
         .map_err(|e| format!("cannot run cargo build: {e}"))?;
     if !status.success() {
         return Err(format!("building {GUEST_PACKAGE} for wasm32-unknown-unknown failed ({status})"));
     }
-    let module_path = target_dir(&root)?.join("wasm32-unknown-unknown/wasm").join(GUEST_ARTIFACT);
+    let module_path = target_dir(&root)?.join("wasm32-unknown-unknown/component").join(GUEST_ARTIFACT);
     let module = std::fs::read(&module_path).map_err(|e| format!("cannot read {}: {e}", module_path.display()))?;
     let module = if keep_names { module } else { strip_names(&module)? };
     let bytes = ComponentEncoder::default()
@@ -121,6 +125,12 @@ fn component(args: &[String]) -> Result<(), String> {
         bytes.len() as f64 / 1024.0,
         started.elapsed().as_secs_f64()
     );
+    if bytes.len() > COMPONENT_CEILING {
+        return Err(format!(
+            "the component is {} bytes, over its ceiling of {COMPONENT_CEILING} (xtask/src/main.rs)",
+            bytes.len()
+        ));
+    }
     report(&bytes)
 }
 

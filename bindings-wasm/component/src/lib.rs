@@ -5,28 +5,33 @@
 //! [`Machine`](heart_fleet_core::Machine) and drives it with the sync loop of the core's crate
 //! docs, where
 //!
-//! * a store request goes to the imported `lease-store.execute` as JSON text in the core's
-//!   serde format, and its JSON answer comes back (a `store-error` becomes the core's
-//!   `StoreError`, so the operation reports `store-unavailable` naming its step);
+//! * a store request goes to the imported `lease-store.execute` as the typed WIT
+//!   `store-request`, and its typed answer comes back checked (module `store`); a
+//!   `store-error` ends the operation with `store-unavailable` naming its step, or with
+//!   `store-protocol` for a `protocol` error or an answer that fails the checks;
 //! * an effect, a host ledger look-up and a probe go to the imported `effects` functions
 //!   with the `handle` the host passed into the export call;
 //! * receipts and counter changes are absorbed into the `fleet` resource's recorder, in
-//!   order, until the host takes them (`take-receipts`, `metrics`).
+//!   order, and handed back with the operation's result (`emitted`: one export call per
+//!   operation; the recorder keeps nothing between calls).
 //!
 //! Nothing here panics: failures are `heart-error` results. Built for
 //! `wasm32-unknown-unknown` and wrapped into a component by `cargo run -p xtask -- component`,
 //! it imports nothing but `heart:fleet/*`.
 
 mod convert;
+mod store;
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
 use heart_fleet_core::driver::{LeaseStore, MemoryEffectLedger, NoHost, Recorder, drive};
-use heart_fleet_core::machine::{Answer, Machine, Need, ProbeVerdict, Step};
+use heart_fleet_core::machine::{Answer, Machine, Need, ProbeVerdict, Step, keep_store_failure_code};
 use heart_fleet_core::ops::{self, Fenced, FleetConfig, ReleaseTo};
 use heart_fleet_core::session::{LeaseSession, NotRunReason};
-use heart_fleet_core::{ErrorCode, HeartError, IntentRow, StoreAnswer, StoreError, StoreRequest, canonical};
+use heart_fleet_core::{
+    ErrorCode, HeartError, HeartMetrics, IntentRow, StoreAnswer, StoreError, StoreRequest, canonical,
+};
 use serde_json::Value;
 
 /// The bindings wit-bindgen generates from `wit/` (world `heart-fleet`).
@@ -40,27 +45,26 @@ mod bindings {
 }
 
 use bindings::exports::heart::fleet::{canonical as wit_canonical, fleet as wit_fleet};
-use bindings::heart::fleet::{effects, lease_store, types as wit};
+use bindings::heart::fleet::{effects, types as wit};
 
 /// The component's exports.
 pub struct Component;
 
 bindings::export!(Component with_types_in bindings);
 
-/// The imported `lease-store` as a core [`LeaseStore`].
+/// The imported `lease-store` as a core [`LeaseStore`] (for [`drive`]; a failure's code is
+/// kept only by [`FleetState::run`]).
 struct ImportedStore;
 
 impl LeaseStore for ImportedStore {
     fn execute(&mut self, req: StoreRequest) -> Result<StoreAnswer, StoreError> {
-        let text = serde_json::to_string(&req)
-            .map_err(|e| StoreError(format!("lease-store: cannot encode the request: {e}")))?;
-        match lease_store::execute(&text) {
-            Ok(answer) => serde_json::from_str(&answer)
-                .map_err(|e| StoreError(format!("lease-store answered something that is not a store answer: {e}"))),
-            Err(lease_store::StoreError::Unavailable(m)) | Err(lease_store::StoreError::Other(m)) => Err(StoreError(m)),
-            Err(lease_store::StoreError::Protocol(m)) => Err(StoreError(format!("lease-store protocol: {m}"))),
-        }
+        store::execute(req).map_err(|f| StoreError(f.message))
     }
+}
+
+/// The store's clock; a failure is the error of an operation stopped at `step`.
+fn store_now(step: &str) -> Result<i64, HeartError> {
+    store::execute(StoreRequest::Now).map(|a| a.now.0).map_err(|f| f.at(step))
 }
 
 /// Which ledger answers [`Need::RecordOnce`] in one call.
@@ -88,7 +92,6 @@ const NO_HOST: CallHost = CallHost { handle: None, ledger: LedgerChoice::None };
 
 /// The state behind a `fleet` resource (shared with its lease sessions).
 struct FleetState {
-    config: FleetConfig,
     recorder: Recorder,
     ledger: MemoryEffectLedger,
 }
@@ -107,8 +110,13 @@ impl FleetState {
                 Step::Done(result) => return result,
                 Step::Need(need) => need,
             };
+            // A failed store request keeps its code (`store-protocol`) when it ends the operation.
+            let mut failed = None;
             let answer = match need {
-                Need::Store(req) => Answer::Store(ImportedStore.execute(req)),
+                Need::Store(req) => Answer::Store(store::execute(req).map_err(|f| {
+                    failed = Some(f.code);
+                    StoreError(f.message)
+                })),
                 Need::RecordOnce { run_id, effect_key } => {
                     Answer::Recorded(self.record_once(host, &run_id, &effect_key))
                 }
@@ -116,6 +124,9 @@ impl FleetState {
                 Need::Probe { intent } => Answer::Probe(probe(host, intent)),
             };
             step = machine.resume(answer);
+            if let Some(code) = failed {
+                keep_store_failure_code(&mut step, code);
+            }
         }
     }
 
@@ -164,49 +175,71 @@ fn probe(host: CallHost, intent: IntentRow) -> Result<ProbeVerdict, String> {
 /// The `fleet` resource.
 pub struct Fleet {
     state: Rc<RefCell<FleetState>>,
+    /// Set once, by the constructor.
+    config: FleetConfig,
 }
 
 type WitResult<T> = Result<T, wit::HeartError>;
 
+/// A result with what its operation emitted.
+type Emitting<T> = (WitResult<T>, wit_fleet::Emitted);
+
+/// Nothing emitted (the operation did not start).
+fn nothing() -> wit_fleet::Emitted {
+    wit_fleet::Emitted { receipts: Vec::new(), counters: convert::metrics(&HeartMetrics::default()) }
+}
+
+/// A failure before any operation started.
+fn refused<T>(e: wit::HeartError) -> Emitting<T> {
+    (Err(e), nothing())
+}
+
+impl FleetState {
+    /// Hands over what was emitted since the last call: the receipts, and the counters
+    /// (which start again from zero).
+    fn emitted(&mut self) -> wit_fleet::Emitted {
+        let receipts = std::mem::take(&mut self.recorder.receipts).into_iter().map(convert::receipt).collect();
+        let counters = convert::metrics(&std::mem::take(&mut self.recorder.metrics));
+        wit_fleet::Emitted { receipts, counters }
+    }
+}
+
 impl Fleet {
     /// Runs `machine` against the shared state and converts its result.
-    fn op<T: 'static, U>(&self, machine: Machine<T>, host: CallHost, out: impl FnOnce(T) -> U) -> WitResult<U> {
-        let mut state = self.state.try_borrow_mut().map_err(|_| convert::error(busy()))?;
-        state.run(machine, host).map(out).map_err(convert::error)
+    fn op<T: 'static, U>(&self, machine: Machine<T>, host: CallHost, out: impl FnOnce(T) -> U) -> Emitting<U> {
+        let Ok(mut state) = self.state.try_borrow_mut() else {
+            return refused(convert::error(busy()));
+        };
+        let result = state.run(machine, host).map(out).map_err(convert::error);
+        (result, state.emitted())
     }
 }
 
 impl wit_fleet::GuestFleet for Fleet {
     fn new(max_retries: Option<u32>) -> Self {
-        let state = FleetState {
-            config: FleetConfig { max_retries },
-            recorder: Recorder::default(),
-            ledger: MemoryEffectLedger::default(),
-        };
-        Fleet { state: Rc::new(RefCell::new(state)) }
+        let state = FleetState { recorder: Recorder::default(), ledger: MemoryEffectLedger::default() };
+        Fleet { state: Rc::new(RefCell::new(state)), config: FleetConfig { max_retries } }
     }
 
-    fn acquire(&self, run_id: String, owner: String, ttl_seconds: i64) -> WitResult<wit::AcquireResult> {
-        let config = self.state.try_borrow().map_err(|_| convert::error(busy()))?.config;
-        self.op(ops::acquire(config, &run_id, &owner, ttl_seconds), NO_HOST, convert::acquire_result)
+    fn acquire(&self, run_id: String, owner: String, ttl_seconds: i64) -> Emitting<wit::AcquireResult> {
+        self.op(ops::acquire(self.config, &run_id, &owner, ttl_seconds), NO_HOST, convert::acquire_result)
     }
 
-    fn renew(&self, fence: wit::FencingToken, ttl_seconds: i64) -> WitResult<wit::Renewed> {
+    fn renew(&self, fence: wit::FencingToken, ttl_seconds: i64) -> Emitting<wit::Renewed> {
         self.op(ops::renew(&convert::token_in(fence), ttl_seconds), NO_HOST, convert::renewed)
     }
 
-    fn release(&self, fence: wit::FencingToken, next_status: wit::ReleaseTo) -> WitResult<wit::Released> {
+    fn release(&self, fence: wit::FencingToken, next_status: wit::ReleaseTo) -> Emitting<wit::Released> {
         let m = ops::release(&convert::token_in(fence), convert::release_to(next_status));
         self.op(m, NO_HOST, convert::released)
     }
 
-    fn verify_fence(&self, fence: wit::FencingToken) -> WitResult<bool> {
+    fn verify_fence(&self, fence: wit::FencingToken) -> Emitting<bool> {
         self.op(ops::verify_fence(&convert::token_in(fence)), NO_HOST, |ok| ok)
     }
 
-    fn reclaim_expired(&self, limit: u32) -> WitResult<wit::ReclaimSummary> {
-        let config = self.state.try_borrow().map_err(|_| convert::error(busy()))?.config;
-        self.op(ops::reclaim_expired(config, limit), NO_HOST, convert::reclaim_summary)
+    fn reclaim_expired(&self, limit: u32) -> Emitting<wit::ReclaimSummary> {
+        self.op(ops::reclaim_expired(self.config, limit), NO_HOST, convert::reclaim_summary)
     }
 
     fn guard_irreversible(
@@ -215,7 +248,7 @@ impl wit_fleet::GuestFleet for Fleet {
         ledger: wit::LedgerKind,
         effect_key: String,
         handle: u64,
-    ) -> WitResult<wit::GuardResult> {
+    ) -> Emitting<wit::GuardResult> {
         let ledger = match ledger {
             wit::LedgerKind::Memory => LedgerChoice::Memory,
             wit::LedgerKind::Host => LedgerChoice::Host,
@@ -232,20 +265,22 @@ impl wit_fleet::GuestFleet for Fleet {
         effect_key: String,
         payload: String,
         handle: u64,
-    ) -> WitResult<wit::SendResult> {
-        let payload = convert::parse_json("payload", &payload)?;
+    ) -> Emitting<wit::SendResult> {
+        let payload = match convert::parse_json("payload", &payload) {
+            Ok(p) => p,
+            Err(e) => return refused(e),
+        };
         let m = ops::send_once(&convert::token_in(fence), &channel, &effect_key, &payload);
         self.op(m, CallHost { handle: Some(handle), ledger: LedgerChoice::None }, convert::send_result)
     }
 
-    fn reconcile_outbox(&self, max_attempts: i64, limit: u32, handle: u64) -> WitResult<wit::ReconcileSummary> {
+    fn reconcile_outbox(&self, max_attempts: i64, limit: u32, handle: u64) -> Emitting<wit::ReconcileSummary> {
         let host = CallHost { handle: Some(handle), ledger: LedgerChoice::None };
         self.op(ops::reconcile_outbox(max_attempts, limit), host, convert::reconcile_summary)
     }
 
-    fn reclaim_dead_instance_runs(&self, ttl_ms: i64, limit: u32) -> WitResult<wit::LivenessSummary> {
-        let config = self.state.try_borrow().map_err(|_| convert::error(busy()))?.config;
-        self.op(ops::reclaim_dead_instance_runs(config, ttl_ms, limit), NO_HOST, convert::liveness_summary)
+    fn reclaim_dead_instance_runs(&self, ttl_ms: i64, limit: u32) -> Emitting<wit::LivenessSummary> {
+        self.op(ops::reclaim_dead_instance_runs(self.config, ttl_ms, limit), NO_HOST, convert::liveness_summary)
     }
 
     fn register_instance(
@@ -254,21 +289,24 @@ impl wit_fleet::GuestFleet for Fleet {
         hostname: Option<String>,
         pid: Option<i64>,
         metadata: Option<String>,
-    ) -> WitResult<wit::InstanceRow> {
-        let metadata = metadata.map(|m| convert::parse_json("metadata", &m)).transpose()?;
+    ) -> Emitting<wit::InstanceRow> {
+        let metadata = match metadata.map(|m| convert::parse_json("metadata", &m)).transpose() {
+            Ok(m) => m,
+            Err(e) => return refused(e),
+        };
         let m = ops::register_instance(&instance_id, hostname.as_deref(), pid, metadata);
         self.op(m, NO_HOST, convert::instance)
     }
 
-    fn heartbeat_instance(&self, instance_id: String) -> WitResult<bool> {
+    fn heartbeat_instance(&self, instance_id: String) -> Emitting<bool> {
         self.op(ops::heartbeat_instance(&instance_id), NO_HOST, |ok| ok)
     }
 
-    fn drain_instance(&self, instance_id: String) -> WitResult<bool> {
+    fn drain_instance(&self, instance_id: String) -> Emitting<bool> {
         self.op(ops::drain_instance(&instance_id), NO_HOST, |ok| ok)
     }
 
-    fn list_instances(&self) -> WitResult<Vec<wit::InstanceRow>> {
+    fn list_instances(&self) -> Emitting<Vec<wit::InstanceRow>> {
         self.op(ops::list_instances(), NO_HOST, |rows| rows.into_iter().map(convert::instance).collect())
     }
 
@@ -278,55 +316,57 @@ impl wit_fleet::GuestFleet for Fleet {
         key: String,
         objective: String,
         created_by: String,
-    ) -> WitResult<wit::EnsuredRun> {
+    ) -> Emitting<wit::EnsuredRun> {
         let m = ops::ensure_resource_run(&kind, &key, &objective, &created_by);
         self.op(m, NO_HOST, |(run, created)| wit::EnsuredRun { run: convert::run(run), created })
     }
 
-    fn list_runs(&self, status: Option<wit::RunStatus>, limit: u32) -> WitResult<Vec<wit::RunRow>> {
+    fn list_runs(&self, status: Option<wit::RunStatus>, limit: u32) -> Emitting<Vec<wit::RunRow>> {
         let m = ops::list_runs(status.map(convert::status_in), limit);
         self.op(m, NO_HOST, |rows| rows.into_iter().map(convert::run).collect())
     }
 
-    fn get_run(&self, run_id: String) -> WitResult<Option<wit::RunRow>> {
+    fn get_run(&self, run_id: String) -> Emitting<Option<wit::RunRow>> {
         self.op(ops::get_run(&run_id), NO_HOST, |row| row.map(convert::run))
     }
 
-    fn requeue_run(&self, run_id: String, operator: String) -> WitResult<wit::RunRow> {
+    fn requeue_run(&self, run_id: String, operator: String) -> Emitting<wit::RunRow> {
         self.op(ops::requeue_run(&run_id, &operator), NO_HOST, convert::run)
     }
 
-    fn force_release(&self, run_id: String) -> WitResult<wit::RunRow> {
+    fn force_release(&self, run_id: String) -> Emitting<wit::RunRow> {
         self.op(ops::force_release(&run_id), NO_HOST, convert::run)
     }
 
     fn now(&self) -> WitResult<wit::Timestamp> {
-        ImportedStore
-            .execute(StoreRequest::Now)
-            .map(|a| a.now.0)
-            .map_err(|e| convert::error(HeartError::store("read the clock", &e)))
+        store_now("read the clock").map_err(convert::error)
     }
 
-    fn start_lease(&self, options: wit::LeaseOptions) -> WitResult<wit_fleet::LeaseStart> {
+    fn start_lease(&self, options: wit::LeaseOptions) -> Emitting<wit_fleet::LeaseStart> {
         let not_run = |reason, code| Ok(wit_fleet::LeaseStart::NotRun(convert::not_run(reason, code)));
         let mut session = match LeaseSession::new(options.ttl_seconds, options.renew_every_ms) {
             Ok(s) => s,
-            Err(_) => return not_run(NotRunReason::LeaseError, Some(ErrorCode::InvalidInput)),
+            Err(_) => return (not_run(NotRunReason::LeaseError, Some(ErrorCode::InvalidInput)), nothing()),
         };
-        let started = ImportedStore
-            .execute(StoreRequest::Now)
-            .map_err(|e| convert::error(HeartError::store("execute: read the clock", &e)))?
-            .now
-            .0;
-        let config = self.state.try_borrow().map_err(|_| convert::error(busy()))?.config;
-        let acq = {
-            let mut state = self.state.try_borrow_mut().map_err(|_| convert::error(busy()))?;
-            state.run(ops::acquire(config, &options.run_id, &options.owner, options.ttl_seconds), NO_HOST)
-        }
-        .map_err(convert::error)?;
+        let started = match store_now("execute: read the clock") {
+            Ok(now) => now,
+            Err(e) => return refused(convert::error(e)),
+        };
+        let (acq, emitted) = {
+            let Ok(mut state) = self.state.try_borrow_mut() else {
+                return refused(convert::error(busy()));
+            };
+            let acq =
+                state.run(ops::acquire(self.config, &options.run_id, &options.owner, options.ttl_seconds), NO_HOST);
+            (acq, state.emitted())
+        };
+        let acq = match acq {
+            Ok(acq) => acq,
+            Err(e) => return (Err(convert::error(e)), emitted),
+        };
         let Some(fence) = acq.fence.filter(|_| acq.acquired) else {
             let reason = if acq.run.is_none() { NotRunReason::LeaseError } else { NotRunReason::LeaseHeld };
-            return not_run(reason, acq.code);
+            return (not_run(reason, acq.code), emitted);
         };
         session.on_acquired(fence, started);
         let inner = SessionInner {
@@ -336,31 +376,10 @@ impl wit_fleet::GuestFleet for Fleet {
             release_to_ready: options.release_to_ready,
             finished: false,
         };
-        Ok(wit_fleet::LeaseStart::Started(wit_fleet::LeaseSession::new(Session {
-            fleet: self.state.clone(),
-            inner: RefCell::new(inner),
-        })))
-    }
-
-    fn metrics(&self) -> wit::Metrics {
-        match self.state.try_borrow() {
-            Ok(state) => convert::metrics(&state.recorder.metrics),
-            Err(_) => convert::metrics(&Default::default()),
-        }
-    }
-
-    fn prometheus(&self) -> String {
-        self.state.try_borrow().map(|s| s.recorder.metrics.to_prometheus()).unwrap_or_default()
-    }
-
-    fn take_receipts(&self) -> Vec<wit::Receipt> {
-        match self.state.try_borrow_mut() {
-            Ok(mut state) => std::mem::take(&mut state.recorder.receipts).into_iter().map(convert::receipt).collect(),
-            Err(_) => Vec::new(),
-        }
+        let started = wit_fleet::LeaseSession::new(Session { fleet: self.state.clone(), inner: RefCell::new(inner) });
+        (Ok(wit_fleet::LeaseStart::Started(started)), emitted)
     }
 }
-
 struct SessionInner {
     session: LeaseSession,
     last_beat_ms: i64,
@@ -388,37 +407,42 @@ impl wit_fleet::GuestLeaseSession for Session {
         self.inner.try_borrow().map(|s| s.session.interval_ms()).unwrap_or_default()
     }
 
-    fn heartbeat(&self) -> Option<wit::LostCause> {
+    fn heartbeat(&self) -> (Option<wit::LostCause>, wit_fleet::Emitted) {
         let Ok(mut inner) = self.inner.try_borrow_mut() else {
-            return None;
+            return (None, nothing());
         };
         let inner = &mut *inner;
-        let now = match ImportedStore.execute(StoreRequest::Now) {
-            Ok(a) => a.now.0,
-            Err(_) => return inner.session.lost().map(convert::lost),
+        let now = match store_now("heartbeat: read the clock") {
+            Ok(now) => now,
+            Err(_) => return (inner.session.lost().map(convert::lost), nothing()),
         };
         if now - inner.last_beat_ms < inner.session.interval_ms() || !inner.session.should_renew() {
             inner.session.check_expiry(now);
-            return inner.session.lost().map(convert::lost);
+            return (inner.session.lost().map(convert::lost), nothing());
         }
         inner.last_beat_ms = now;
+        let mut emitted = nothing();
         if let Some(fence) = inner.session.fence().cloned() {
             let result = match self.fleet.try_borrow_mut() {
-                Ok(mut state) => state.renew(&fence, inner.ttl_seconds),
+                Ok(mut state) => {
+                    let renewed = state.renew(&fence, inner.ttl_seconds);
+                    emitted = state.emitted();
+                    renewed
+                }
                 Err(_) => Err(busy()),
             };
             inner.session.on_renewed(&result, now);
         }
-        inner.session.lost().map(convert::lost)
+        (inner.session.lost().map(convert::lost), emitted)
     }
 
-    fn finish(&self, success: bool) -> wit::LeaseFinish {
+    fn finish(&self, success: bool) -> (wit::LeaseFinish, wit_fleet::Emitted) {
         let Ok(mut inner) = self.inner.try_borrow_mut() else {
-            return wit::LeaseFinish { lost: None, released: false };
+            return (wit::LeaseFinish { lost: None, released: false }, nothing());
         };
         let lost = inner.session.lost();
         if inner.finished {
-            return wit::LeaseFinish { lost: lost.map(convert::lost), released: false };
+            return (wit::LeaseFinish { lost: lost.map(convert::lost), released: false }, nothing());
         }
         inner.finished = true;
         let to = match (success, inner.release_to_ready) {
@@ -426,14 +450,17 @@ impl wit_fleet::GuestLeaseSession for Session {
             (true, false) => ReleaseTo::Completed,
             (false, _) => ReleaseTo::Failed,
         };
-        let released = match inner.session.fence().filter(|_| inner.session.should_release()) {
+        let (released, emitted) = match inner.session.fence().filter(|_| inner.session.should_release()) {
             Some(fence) => match self.fleet.try_borrow_mut() {
-                Ok(mut state) => matches!(state.run(ops::release(fence, to), NO_HOST), Ok(Fenced::Ok { .. })),
-                Err(_) => false,
+                Ok(mut state) => {
+                    let released = matches!(state.run(ops::release(fence, to), NO_HOST), Ok(Fenced::Ok { .. }));
+                    (released, state.emitted())
+                }
+                Err(_) => (false, nothing()),
             },
-            None => false,
+            None => (false, nothing()),
         };
-        wit::LeaseFinish { lost: lost.map(convert::lost), released }
+        (wit::LeaseFinish { lost: lost.map(convert::lost), released }, emitted)
     }
 }
 

@@ -12,7 +12,7 @@ use super::compact::{self, Encode, compact_answer};
 use super::memory::BridgeMemoryStore;
 use super::reference::{Progress, ReferenceStore};
 use crate::driver::Recorder;
-use crate::machine::{Answer, Event, Machine, Need, ProbeVerdict, Step};
+use crate::machine::{Answer, Event, Machine, Need, ProbeVerdict, Step, keep_store_failure_code};
 use crate::metrics::HeartMetrics;
 
 use crate::ops::{self, FleetConfig};
@@ -219,11 +219,7 @@ impl Running {
             Ok(a) => self.op.resume(Answer::Store(Ok(a))),
             Err(e) => {
                 let mut step = self.op.resume(Answer::Store(Err(StoreError(e.message))));
-                if let Step::Done(Err(end)) = &mut step
-                    && end.code == ErrorCode::StoreUnavailable
-                {
-                    end.code = e.code;
-                }
+                keep_store_failure_code(&mut step, e.code);
                 step
             }
         }

@@ -150,6 +150,73 @@ pub fn run(r: wit::RunRow) -> Result<core::RunRow, HeartError> {
     })
 }
 
+/// A run row for the component (a store answer).
+pub fn run_out(r: core::RunRow) -> wit::RunRow {
+    wit::RunRow {
+        id: r.id,
+        task_id: r.task_id,
+        assignment_id: r.assignment_id,
+        objective: r.objective,
+        required_capabilities: r.required_capabilities,
+        status: status_out(r.status),
+        assigned_agent: r.assigned_agent,
+        lease_owner: r.lease_owner,
+        lease_expires_at: r.lease_expires_at.map(|t| t.0),
+        retries: r.retries,
+        budget: r.budget.map(|v| v.to_string()),
+        approval_state: r.approval_state,
+        visibility: r.visibility,
+        idempotency_key: r.idempotency_key,
+        created_by: r.created_by,
+        created_at: r.created_at.0,
+        updated_at: r.updated_at.0,
+        fencing_epoch: r.fencing_epoch,
+    }
+}
+
+/// An intent row for the component (a store answer).
+pub fn intent_out(r: core::IntentRow) -> wit::IntentRow {
+    use core::IntentState as S;
+    wit::IntentRow {
+        run_id: r.run_id,
+        effect_key: r.effect_key,
+        state: match r.state {
+            S::Intent => wit::IntentState::Intent,
+            S::Dispatched => wit::IntentState::Dispatched,
+            S::Committed => wit::IntentState::Committed,
+            S::Abandoned => wit::IntentState::Abandoned,
+        },
+        channel: r.channel,
+        payload_digest: r.payload_digest,
+        fence_owner: r.fence_owner,
+        fence_expires_at: r.fence_expires_at.map(|t| t.0),
+        fence_epoch: r.fence_epoch,
+        external_ref: r.external_ref.map(|v| v.to_string()),
+        attempts: r.attempts,
+        last_error: r.last_error,
+        created_at: r.created_at.0,
+        committed_at: r.committed_at.map(|t| t.0),
+    }
+}
+
+/// An instance row for the component (a store answer).
+pub fn instance_out(r: core::InstanceRow) -> wit::InstanceRow {
+    use core::InstanceStatus as S;
+    wit::InstanceRow {
+        instance_id: r.instance_id,
+        hostname: r.hostname,
+        pid: r.pid,
+        status: match r.status {
+            S::Alive => wit::InstanceStatus::Alive,
+            S::Draining => wit::InstanceStatus::Draining,
+            S::Dead => wit::InstanceStatus::Dead,
+        },
+        started_at: r.started_at.0,
+        last_heartbeat: r.last_heartbeat.0,
+        metadata: r.metadata.map(|v| v.to_string()),
+    }
+}
+
 /// Run rows from the component.
 pub fn runs(rows: Vec<wit::RunRow>) -> Result<Vec<core::RunRow>, HeartError> {
     rows.into_iter().map(run).collect()

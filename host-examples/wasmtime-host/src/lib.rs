@@ -10,7 +10,7 @@
 //!   about 1.6 s in a debug build) and refuses a component that imports anything outside
 //!   `heart:fleet/*` before it is ever instantiated.
 //! * [`ComponentFleet`] links the imported `lease-store` to the Rust store `S` (each request
-//!   and answer as JSON in the core's serde format; a store failure goes back as a
+//!   and answer typed, checked by module `store`; a store failure goes back as a
 //!   `store-error` result, never a trap), and the imported `effects` to the closures of the
 //!   call in progress, found through the opaque handle the host passes into that call.
 //! * Guest CPU is bounded with fuel ([`DEFAULT_FUEL_PER_CALL`] per export call) and guest
@@ -42,6 +42,7 @@
 mod api;
 mod convert;
 mod hooks;
+mod store;
 
 pub mod conformance;
 
@@ -56,7 +57,7 @@ use heart_fleet_core::ops::{
 use heart_fleet_core::receipt::ReceiptSink;
 use heart_fleet_core::{
     ErrorCode, FencingToken, HeartError, HeartMetrics, HeartReceipt, InstanceRow, IntentRow, LeaseStore, Ledger,
-    ProbeVerdict, RunRow, RunStatus, StoreRequest, Timestamp,
+    ProbeVerdict, RunRow, RunStatus, Timestamp,
 };
 use serde_json::Value;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceAny};
@@ -177,12 +178,14 @@ fn hook_slot<S>(store: &mut Store<HostState<S>>) -> &mut HookSlot {
 }
 
 impl<S: LeaseStore> lease_store::Host for HostState<S> {
-    fn execute(&mut self, request: String) -> Result<String, lease_store::StoreError> {
-        let req: StoreRequest = serde_json::from_str(&request)
-            .map_err(|e| lease_store::StoreError::Protocol(format!("not a store request: {e}")))?;
+    fn execute(
+        &mut self,
+        request: lease_store::StoreRequest,
+    ) -> Result<lease_store::StoreAnswer, lease_store::StoreError> {
+        let req =
+            store::request(request).map_err(|m| lease_store::StoreError::Protocol(format!("the request: {m}")))?;
         let answer = self.lease.execute(req).map_err(|e| lease_store::StoreError::Unavailable(e.0))?;
-        serde_json::to_string(&answer)
-            .map_err(|e| lease_store::StoreError::Protocol(format!("cannot encode the answer: {e}")))
+        Ok(store::answer(answer))
     }
 }
 
@@ -274,7 +277,6 @@ pub struct ComponentFleet<S: LeaseStore + 'static> {
     config: FleetConfig,
     fuel_per_call: u64,
     metrics: HeartMetrics,
-    metrics_base: HeartMetrics,
     receipts: Vec<HeartReceipt>,
     sink: Option<Box<dyn ReceiptSink>>,
     in_call: bool,
@@ -332,7 +334,6 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
             config: FleetConfig::default(),
             fuel_per_call: DEFAULT_FUEL_PER_CALL,
             metrics: HeartMetrics::default(),
-            metrics_base: HeartMetrics::default(),
             receipts: Vec::new(),
             sink: None,
             in_call: false,
@@ -345,7 +346,6 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
     /// `fleet` resource; counters and receipts carry over.
     pub fn with_max_retries(mut self, max_retries: Option<u32>) -> Self {
         self.config.max_retries = max_retries;
-        self.metrics_base = self.metrics;
         if let Some(live) = self.live.as_ref() {
             let _ = live.fleet.resource_drop(&mut self.store);
         }
@@ -452,7 +452,6 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
         // which aborts anyway.)
         replace_with::replace_with_or_abort(&mut self.store, |old| new_store(engine, old.into_data().lease));
         self.in_call = false;
-        self.metrics_base = self.metrics;
         self.discarded += 1;
     }
 
@@ -472,10 +471,7 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
         let out = with_hooks(&mut self.store, hook_slot::<S>, hooks, |store, handle| f(store, live, handle));
         self.in_call = false;
         match out {
-            Ok(r) => {
-                self.sync()?;
-                Ok(r)
-            }
+            Ok(r) => Ok(r),
             Err(e) => {
                 self.discard();
                 Err(trapped(what, &e))
@@ -483,38 +479,35 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
         }
     }
 
-    /// Moves the component's new receipts to the host and mirrors its counters.
-    fn sync(&mut self) -> Result<(), HeartError> {
-        let Some(live) = self.live.as_ref() else {
-            return Ok(());
-        };
-        self.store.set_fuel(self.fuel_per_call).map_err(|e| protocol(format!("{e:#}")))?;
-        let fleet = live.fleet();
-        let taken = fleet
-            .call_take_receipts(&mut self.store, live.fleet)
-            .and_then(|receipts| Ok((receipts, fleet.call_metrics(&mut self.store, live.fleet)?)));
-        match taken {
-            Ok((receipts, m)) => {
-                self.metrics = convert::add_metrics(&self.metrics_base, &convert::metrics(m));
-                for r in receipts {
-                    let r = convert::receipt(r);
-                    match self.sink.as_mut() {
-                        Some(sink) => sink.emit(&r),
-                        None => self.receipts.push(r),
-                    }
-                }
-                Ok(())
-            }
-            Err(e) => {
-                self.discard();
-                Err(trapped("take-receipts", &e))
+    /// [`Self::call`] of an export that runs an operation: its result, with the receipts and
+    /// counters it emitted taken in.
+    fn op<R>(
+        &mut self,
+        what: &str,
+        hooks: &mut dyn CallHooks,
+        f: impl FnOnce(&mut Store<HostState<S>>, &Live, u64) -> Wasm<(R, xfleet::Emitted)>,
+    ) -> Result<R, HeartError> {
+        let (result, emitted) = self.call(what, hooks, f)?;
+        self.absorb(emitted);
+        Ok(result)
+    }
+
+    /// Takes in what one operation emitted: its receipts (to the sink, or kept) and its
+    /// counters (added to the totals).
+    fn absorb(&mut self, emitted: xfleet::Emitted) {
+        self.metrics = convert::add_metrics(&self.metrics, &convert::metrics(emitted.counters));
+        for r in emitted.receipts {
+            let r = convert::receipt(r);
+            match self.sink.as_mut() {
+                Some(sink) => sink.emit(&r),
+                None => self.receipts.push(r),
             }
         }
     }
 
     /// `acquire(runId, owner, ttlSeconds)`.
     pub fn acquire(&mut self, run_id: &str, owner: &str, ttl_seconds: i64) -> Result<AcquireResult, HeartError> {
-        self.call("acquire", &mut NoHooks, |s, l, _| l.fleet().call_acquire(s, l.fleet, run_id, owner, ttl_seconds))?
+        self.op("acquire", &mut NoHooks, |s, l, _| l.fleet().call_acquire(s, l.fleet, run_id, owner, ttl_seconds))?
             .map_err(convert::error)
             .and_then(convert::acquire_result)
     }
@@ -522,7 +515,7 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
     /// `renew(fence, ttlSeconds)`: the new token, or the cause of the refusal.
     pub fn renew(&mut self, fence: &FencingToken, ttl_seconds: i64) -> Result<Fenced<FencingToken>, HeartError> {
         let token = convert::token_out(fence);
-        self.call("renew", &mut NoHooks, |s, l, _| l.fleet().call_renew(s, l.fleet, &token, ttl_seconds))?
+        self.op("renew", &mut NoHooks, |s, l, _| l.fleet().call_renew(s, l.fleet, &token, ttl_seconds))?
             .map(convert::renewed)
             .map_err(convert::error)
     }
@@ -531,7 +524,7 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
     pub fn release(&mut self, fence: &FencingToken, to: ReleaseTo) -> Result<Fenced<RunRow>, HeartError> {
         let token = convert::token_out(fence);
         let to = convert::release_to(to);
-        self.call("release", &mut NoHooks, |s, l, _| l.fleet().call_release(s, l.fleet, &token, to))?
+        self.op("release", &mut NoHooks, |s, l, _| l.fleet().call_release(s, l.fleet, &token, to))?
             .map_err(convert::error)
             .and_then(convert::released)
     }
@@ -539,20 +532,20 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
     /// `verifyFence(fence)`.
     pub fn verify_fence(&mut self, fence: &FencingToken) -> Result<bool, HeartError> {
         let token = convert::token_out(fence);
-        self.call("verify-fence", &mut NoHooks, |s, l, _| l.fleet().call_verify_fence(s, l.fleet, &token))?
+        self.op("verify-fence", &mut NoHooks, |s, l, _| l.fleet().call_verify_fence(s, l.fleet, &token))?
             .map_err(convert::error)
     }
 
     /// `reclaimExpired({limit})`.
     pub fn reclaim_expired(&mut self, limit: u32) -> Result<ReclaimSummary, HeartError> {
-        self.call("reclaim-expired", &mut NoHooks, |s, l, _| l.fleet().call_reclaim_expired(s, l.fleet, limit))?
+        self.op("reclaim-expired", &mut NoHooks, |s, l, _| l.fleet().call_reclaim_expired(s, l.fleet, limit))?
             .map(convert::reclaim_summary)
             .map_err(convert::error)
     }
 
     /// The liveness pass.
     pub fn reclaim_dead_instance_runs(&mut self, ttl_ms: i64, limit: u32) -> Result<LivenessSummary, HeartError> {
-        self.call("reclaim-dead-instance-runs", &mut NoHooks, |s, l, _| {
+        self.op("reclaim-dead-instance-runs", &mut NoHooks, |s, l, _| {
             l.fleet().call_reclaim_dead_instance_runs(s, l.fleet, ttl_ms, limit)
         })?
         .map(convert::liveness_summary)
@@ -575,7 +568,7 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
             Ledger::Durable => (wit::LedgerKind::Durable, None),
         };
         let mut hooks = EffectHooks { effect: Some(effect), ledger: memory };
-        self.call("guard-irreversible", &mut hooks, |s, l, handle| {
+        self.op("guard-irreversible", &mut hooks, |s, l, handle| {
             l.fleet().call_guard_irreversible(s, l.fleet, &token, kind, effect_key, handle)
         })?
         .map_err(convert::error)
@@ -594,7 +587,7 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
         let token = convert::token_out(fence);
         let payload = payload.to_string();
         let mut hooks = EffectHooks { effect: Some(send), ledger: None };
-        self.call("send-once", &mut hooks, |s, l, handle| {
+        self.op("send-once", &mut hooks, |s, l, handle| {
             l.fleet().call_send_once(s, l.fleet, &token, channel, effect_key, &payload, handle)
         })?
         .map_err(convert::error)
@@ -609,7 +602,7 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
         limit: u32,
     ) -> Result<ReconcileSummary, HeartError> {
         let mut hooks = ProbeHooks(probe);
-        self.call("reconcile-outbox", &mut hooks, |s, l, handle| {
+        self.op("reconcile-outbox", &mut hooks, |s, l, handle| {
             l.fleet().call_reconcile_outbox(s, l.fleet, max_attempts, limit, handle)
         })?
         .map(convert::reconcile_summary)
@@ -625,7 +618,7 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
         created_by: &str,
     ) -> Result<(RunRow, bool), HeartError> {
         let e = self
-            .call("ensure-resource-run", &mut NoHooks, |s, l, _| {
+            .op("ensure-resource-run", &mut NoHooks, |s, l, _| {
                 l.fleet().call_ensure_resource_run(s, l.fleet, kind, key, objective, created_by)
             })?
             .map_err(convert::error)?;
@@ -639,7 +632,7 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
         hostname: Option<&str>,
         pid: Option<i64>,
     ) -> Result<InstanceRow, HeartError> {
-        self.call("register-instance", &mut NoHooks, |s, l, _| {
+        self.op("register-instance", &mut NoHooks, |s, l, _| {
             l.fleet().call_register_instance(s, l.fleet, id, hostname, pid, None)
         })?
         .map_err(convert::error)
@@ -648,19 +641,19 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
 
     /// Heartbeats an instance.
     pub fn heartbeat_instance(&mut self, id: &str) -> Result<bool, HeartError> {
-        self.call("heartbeat-instance", &mut NoHooks, |s, l, _| l.fleet().call_heartbeat_instance(s, l.fleet, id))?
+        self.op("heartbeat-instance", &mut NoHooks, |s, l, _| l.fleet().call_heartbeat_instance(s, l.fleet, id))?
             .map_err(convert::error)
     }
 
     /// Drains an instance.
     pub fn drain_instance(&mut self, id: &str) -> Result<bool, HeartError> {
-        self.call("drain-instance", &mut NoHooks, |s, l, _| l.fleet().call_drain_instance(s, l.fleet, id))?
+        self.op("drain-instance", &mut NoHooks, |s, l, _| l.fleet().call_drain_instance(s, l.fleet, id))?
             .map_err(convert::error)
     }
 
     /// Lists every instance.
     pub fn list_instances(&mut self) -> Result<Vec<InstanceRow>, HeartError> {
-        self.call("list-instances", &mut NoHooks, |s, l, _| l.fleet().call_list_instances(s, l.fleet))?
+        self.op("list-instances", &mut NoHooks, |s, l, _| l.fleet().call_list_instances(s, l.fleet))?
             .map_err(convert::error)?
             .into_iter()
             .map(convert::instance)
@@ -670,14 +663,14 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
     /// Lists runs.
     pub fn list_runs(&mut self, status: Option<RunStatus>, limit: u32) -> Result<Vec<RunRow>, HeartError> {
         let status = status.map(convert::status_out);
-        self.call("list-runs", &mut NoHooks, |s, l, _| l.fleet().call_list_runs(s, l.fleet, status, limit))?
+        self.op("list-runs", &mut NoHooks, |s, l, _| l.fleet().call_list_runs(s, l.fleet, status, limit))?
             .map_err(convert::error)
             .and_then(convert::runs)
     }
 
     /// One run.
     pub fn get_run(&mut self, run_id: &str) -> Result<Option<RunRow>, HeartError> {
-        self.call("get-run", &mut NoHooks, |s, l, _| l.fleet().call_get_run(s, l.fleet, run_id))?
+        self.op("get-run", &mut NoHooks, |s, l, _| l.fleet().call_get_run(s, l.fleet, run_id))?
             .map_err(convert::error)?
             .map(convert::run)
             .transpose()
@@ -685,14 +678,14 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
 
     /// Requeues a quarantined run.
     pub fn requeue_run(&mut self, run_id: &str, operator: &str) -> Result<RunRow, HeartError> {
-        self.call("requeue-run", &mut NoHooks, |s, l, _| l.fleet().call_requeue_run(s, l.fleet, run_id, operator))?
+        self.op("requeue-run", &mut NoHooks, |s, l, _| l.fleet().call_requeue_run(s, l.fleet, run_id, operator))?
             .map_err(convert::error)
             .and_then(convert::run)
     }
 
     /// Force-releases a lease.
     pub fn force_release(&mut self, run_id: &str) -> Result<RunRow, HeartError> {
-        self.call("force-release", &mut NoHooks, |s, l, _| l.fleet().call_force_release(s, l.fleet, run_id))?
+        self.op("force-release", &mut NoHooks, |s, l, _| l.fleet().call_force_release(s, l.fleet, run_id))?
             .map_err(convert::error)
             .and_then(convert::run)
     }
@@ -766,13 +759,13 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
             release_to_ready: opts.release_to_ready,
         };
         let start = self
-            .call("start-lease", &mut NoHooks, |s, l, _| {
-                let start = l.fleet().call_start_lease(&mut *s, l.fleet, &options)?;
+            .op("start-lease", &mut NoHooks, |s, l, _| {
+                let (start, emitted) = l.fleet().call_start_lease(&mut *s, l.fleet, &options)?;
                 let fence = match &start {
                     Ok(xfleet::LeaseStart::Started(session)) => l.session().call_fence(&mut *s, *session)?,
                     _ => None,
                 };
-                Ok(start.map(|st| (st, fence)))
+                Ok((start.map(|st| (st, fence)), emitted))
             })?
             .map_err(convert::error)?;
         let (session, fence) = match start {
@@ -795,10 +788,10 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
         let (fence, cached_lost) = (cx.fence.take(), cx.lost);
         let success = outcome.is_ok();
         let finished = if self.generation == generation {
-            self.call("lease-session.finish", &mut NoHooks, |s, l, _| {
-                let f = l.session().call_finish(&mut *s, session, success)?;
+            self.op("lease-session.finish", &mut NoHooks, |s, l, _| {
+                let finished = l.session().call_finish(&mut *s, session, success)?;
                 session.resource_drop(&mut *s)?;
-                Ok(f)
+                Ok(finished)
             })
             .ok()
         } else {
@@ -861,10 +854,10 @@ impl<S: LeaseStore + 'static> ComponentLeaseContext<'_, S> {
             return self.lost;
         }
         let session = self.session;
-        let beat = self.fleet.call("lease-session.heartbeat", &mut NoHooks, |s, l, _| {
-            let lost = l.session().call_heartbeat(&mut *s, session)?;
+        let beat = self.fleet.op("lease-session.heartbeat", &mut NoHooks, |s, l, _| {
+            let (lost, emitted) = l.session().call_heartbeat(&mut *s, session)?;
             let fence = l.session().call_fence(&mut *s, session)?;
-            Ok((lost, fence))
+            Ok(((lost, fence), emitted))
         });
         if let Ok((lost, fence)) = beat {
             self.lost = lost.map(convert::lost);

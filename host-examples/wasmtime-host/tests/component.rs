@@ -12,7 +12,10 @@ use std::sync::OnceLock;
 
 use heart_fleet_core::conformance::{self, Setup};
 use heart_fleet_core::ops::{Fenced, ReleaseTo};
-use heart_fleet_core::{ErrorCode, HeartFleet, Ledger, MemoryEffectLedger, MemoryStore, RunRow, Timestamp};
+use heart_fleet_core::{
+    ErrorCode, HeartFleet, LeaseStore, Ledger, MemoryEffectLedger, MemoryStore, RunRow, RunStatus, StoreAnswer,
+    StoreError, StoreReply, StoreRequest, Timestamp,
+};
 use heart_fleet_wasmtime_host::{ComponentFleet, FleetComponent};
 use serde_json::json;
 
@@ -158,6 +161,57 @@ fn store_failures_are_results_naming_the_step_not_traps() {
     assert_eq!(e.message, "store failed at acquire: conditional write: injected failure on update_run");
     assert_eq!(heart.discarded_instances(), 0);
     assert!(heart.acquire("run-1", "worker-A", 60).unwrap().acquired);
+}
+
+/// The memory store, answering every scan with a first row whose `created_at` lies past year
+/// 9999 (which no store can hold): a store answer the component must refuse.
+struct FarFutureScans(MemoryStore);
+
+impl LeaseStore for FarFutureScans {
+    fn execute(&mut self, req: StoreRequest) -> Result<StoreAnswer, StoreError> {
+        let mut answer = self.0.execute(req)?;
+        if let StoreReply::Runs { runs } = &mut answer.reply
+            && let Some(first) = runs.first_mut()
+        {
+            first.created_at = Timestamp(i64::MAX);
+        }
+        Ok(answer)
+    }
+}
+
+#[test]
+fn a_store_answer_out_of_range_is_store_protocol_and_the_operation_writes_nothing() {
+    let mut store = seeded();
+    let t0 = store.now();
+    let mut expired = RunRow::ready("run-3", "job:3", t0);
+    expired.status = RunStatus::Leased;
+    expired.lease_owner = Some("worker-gone".into());
+    expired.lease_expires_at = Some(Timestamp(t0.0 - 1));
+    store.insert(expired.clone()).unwrap();
+    let mut heart = ComponentFleet::new(component(), FarFutureScans(store)).unwrap();
+    let e = heart.reclaim_expired(10).unwrap_err();
+    assert_eq!(e.code, ErrorCode::StoreProtocol, "{e}");
+    assert!(e.message.contains("created_at is 9223372036854775807 ms, outside years 0000-9999"), "{e}");
+    // The sweep stopped at its scan: the expired lease was not reclaimed, nothing was emitted.
+    assert_eq!(heart.store().0.run("run-3"), Some(&expired));
+    assert_eq!(heart.metrics().reclaims, 0);
+    assert!(heart.receipts().is_empty());
+    assert_eq!(heart.discarded_instances(), 0, "a refused answer is a result, not a trap");
+}
+
+#[test]
+fn each_operation_hands_back_its_receipts_and_counters_with_its_result() {
+    let mut heart = ComponentFleet::new(component(), seeded()).unwrap();
+    let fence = heart.acquire("run-1", "worker-A", 60).unwrap().fence.unwrap();
+    assert_eq!((heart.receipts().len(), heart.metrics().acquire_attempts, heart.metrics().acquire_wins), (1, 1, 1));
+    let lost = heart.acquire("run-1", "worker-B", 60).unwrap();
+    assert!(!lost.acquired);
+    assert_eq!((heart.metrics().acquire_attempts, heart.metrics().acquire_collisions), (2, 1));
+    assert!(heart.verify_fence(&fence).unwrap());
+    assert!(matches!(heart.release(&fence, ReleaseTo::Completed).unwrap(), Fenced::Ok { .. }));
+    let events: Vec<String> = heart.receipts().iter().map(|r| r.event.as_str().to_owned()).collect();
+    assert_eq!(events, ["acquired", "fence_verified", "released"]);
+    assert_eq!((heart.metrics().fence_verifications, heart.metrics().releases), (1, 1));
 }
 
 #[test]
