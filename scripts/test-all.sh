@@ -9,10 +9,10 @@
 # `heart_test` owned by role `heart`, TLS on with a self-signed certificate, and Debian's
 # PgBouncer in transaction mode in front of it), which the Postgres tests use through
 # DATABASE_URL, HEART_PG_TLS_CA and HEART_PGBOUNCER_URL;
-# Node and npm (Debian's packages) and the npm packages of bindings-node and
-# host-examples/node; then, through scripts/test-python.sh, maturin (in a tools venv) and
-# the wheel's test dependencies (pytest, psycopg, mypy in a fresh venv); and through
-# scripts/test-deno.sh, wasm-bindgen-cli 0.2.130 (cargo install) and deno, esbuild and
+# Node and npm (Debian's packages) and the npm packages of bindings-node, host-examples/node
+# and host-examples/jco (jco 1.35.0); then, through scripts/test-python.sh, maturin (in a
+# tools venv) and the wheel's test dependencies (pytest, psycopg, mypy in a fresh venv);
+# and through scripts/test-deno.sh, wasm-bindgen-cli 0.2.130 (cargo install) and deno, esbuild and
 # binaryen (npm ci in bindings-wasm/bindgen); and through scripts/fleet-chaos.sh, Debian's
 # libfaketime and a Python venv (target/chaos-venv) with the wheel and psycopg.
 set -euo pipefail
@@ -97,6 +97,9 @@ node --version
 export HEART_FLEET_CLI="${CARGO_TARGET_DIR:-$PWD/target}/release/heart-fleet"
 (cd bindings-node && npm ci --no-audit --no-fund && npm test)
 (cd host-examples/node && npm ci --no-audit --no-fund && npm test)
+
+step "A second component host: the component transpiled by jco, run in Node with a JavaScript lease-store"
+(cd host-examples/jco && npm ci --no-audit --no-fund && npm test)
 
 step "Python: the pyo3 wheel (maturin), installed into a fresh venv, pytest incl. PostgreSQL, mypy --strict"
 bash scripts/test-python.sh
