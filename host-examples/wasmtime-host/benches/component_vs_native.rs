@@ -9,12 +9,11 @@
 //!   [`canonical::digest_json`] against [`ComponentFleet::digest`].
 //! * `boundary/…`: where the component's overhead goes. `export_call/{native,component}`:
 //!   `sha256_hex` of a 5-byte string, so the component side is almost only the fixed cost
-//!   of one [`ComponentFleet`] call (setting fuel, parking the call's hooks, the export call,
-//!   and syncing receipts and counters afterwards: two more export calls).
-//!   `store_json_per_cycle`: the JSON work one cycle's store requests cost at the boundary
-//!   (each request encoded by the guest and decoded by the host, each answer encoded by the
-//!   host and decoded by the guest), measured natively on the requests and answers one
-//!   cycle really makes.
+//!   of one [`ComponentFleet`] call (setting fuel, parking the call's hooks, the export call).
+//!   `store_json_per_cycle`: what one cycle's store requests and answers cost as JSON (each
+//!   request encoded and decoded, each answer encoded and decoded), measured natively on the
+//!   requests and answers one cycle really makes: the price of the JSON `lease-store` the
+//!   typed interface replaced, kept for comparison.
 //!
 //! Every figure is this thread's CPU time per iteration (`CLOCK_THREAD_CPUTIME_ID`, through
 //! criterion's `iter_custom`), not wall time: the machines this runs on share two cores with
