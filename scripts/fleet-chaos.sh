@@ -37,7 +37,8 @@ case "$store" in postgres|sqlite) ;; *) echo "fleet-chaos.sh: --store is postgre
 
 say() { printf '# fleet-chaos.sh: %s\n' "$*" >&2; }
 
-find_faketime() { ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n 1; }
+# `|| true`: with pipefail, a failed ls (no libfaketime yet) would end the script here.
+find_faketime() { ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n 1 || true; }
 faketime=$(find_faketime)
 if [ -z "$faketime" ]; then
   say "installing libfaketime (Debian)"
