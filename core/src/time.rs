@@ -61,8 +61,7 @@ impl Timestamp {
 
     /// This instant plus `ms` milliseconds, or `None` past year 9999.
     pub fn plus_millis(self, ms: i64) -> Option<Timestamp> {
-        let t = self.0.checked_add(ms)?;
-        (MIN_MS..=MAX_MS).contains(&t).then_some(Timestamp(t))
+        self.0.checked_add(ms).and_then(Timestamp::from_millis)
     }
 
     /// `toISOString()` form. Instants outside years 0000-9999 are clamped; the core never
@@ -191,7 +190,7 @@ fn parse(text: &str) -> Option<Timestamp> {
     }
     let days = days_from_civil(year, month, day);
     let ms = days * 86_400_000 + hour * 3_600_000 + minute * 60_000 + second * 1000 + milli - offset_min * 60_000;
-    (MIN_MS..=MAX_MS).contains(&ms).then_some(Timestamp(ms))
+    Timestamp::from_millis(ms)
 }
 
 fn is_leap(y: i64) -> bool {

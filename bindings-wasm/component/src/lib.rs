@@ -352,17 +352,11 @@ impl wit_fleet::GuestFleet for Fleet {
             Ok(now) => now,
             Err(e) => return refused(convert::error(e)),
         };
-        let (acq, emitted) = {
-            let Ok(mut state) = self.state.try_borrow_mut() else {
-                return refused(convert::error(busy()));
-            };
-            let acq =
-                state.run(ops::acquire(self.config, &options.run_id, &options.owner, options.ttl_seconds), NO_HOST);
-            (acq, state.emitted())
-        };
+        let acquire = ops::acquire(self.config, &options.run_id, &options.owner, options.ttl_seconds);
+        let (acq, emitted) = self.op(acquire, NO_HOST, |acq| acq);
         let acq = match acq {
             Ok(acq) => acq,
-            Err(e) => return (Err(convert::error(e)), emitted),
+            Err(e) => return (Err(e), emitted),
         };
         let Some(fence) = acq.fence.filter(|_| acq.acquired) else {
             let reason = if acq.run.is_none() { NotRunReason::LeaseError } else { NotRunReason::LeaseHeld };
