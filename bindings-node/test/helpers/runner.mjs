@@ -117,7 +117,8 @@ function effectErr(e, prefix = '') {
 function probeFns(probes) {
   const out = {};
   for (const [channel, p] of Object.entries(probes ?? {})) {
-    out[channel] = async () => {
+    // Synchronous, so a host that cannot await (the jco component host) can call it too.
+    out[channel] = () => {
       if (p === 'not-sent') return { status: 'not-sent' };
       if (typeof p === 'string') return { status: 'unknown' };
       if (p && typeof p === 'object') {
@@ -342,7 +343,8 @@ export async function replay(text, mode, external = null) {
           ttlSeconds: a.ttlSeconds ?? 0,
           renewEveryMs: a.renewEveryMs ?? undefined,
           releaseToReady: a.releaseToReady ?? false,
-          clock: () => memory.now().getTime(),
+          // A package whose heartbeats read the store's clock takes none of its own.
+          ...(api.storeClock === true ? {} : { clock: () => memory.now().getTime() }),
           autoHeartbeat: false,
         },
         body,
@@ -492,12 +494,13 @@ export const SKIPPED_SCENARIOS = Object.freeze({});
  * core's own replay). Each replay must pass the scenario's expectations and equal the native
  * replay: every step's result, the receipts, the counters, the final rows and how often each
  * effect fired (an external mode: what its `check` compares). `binding` names the package in
- * failure messages; `external` is the external store mode, or null.
+ * failure messages; `external` is the external store mode, or null; `modes`, when given, the
+ * store modes to run instead of all (a host whose store calls cannot await runs 'memory').
  */
-export function conformanceSuite({ api: pkg, native: nativeModule, binding, external = null }) {
+export function conformanceSuite({ api: pkg, native: nativeModule, binding, external = null, modes: only = null }) {
   use(pkg, nativeModule);
   const files = scenarios();
-  const modes = ['memory', 'js-store', 'text-store', ...(external ? [external.name] : [])];
+  const modes = only ?? ['memory', 'js-store', 'text-store', ...(external ? [external.name] : [])];
   console.log(
     `conformance: ${files.length} scenarios × ${modes.length} store modes (${modes.join(', ')}); skip list: ` +
       (Object.keys(SKIPPED_SCENARIOS).length === 0 && Object.keys(SKIPPED_OPS).length === 0
