@@ -10,6 +10,9 @@
 //! * `boundary/…`: where the component's overhead goes. `export_call/{native,component}`:
 //!   `sha256_hex` of a 5-byte string, so the component side is almost only the fixed cost
 //!   of one [`ComponentFleet`] call (setting fuel, parking the call's hooks, the export call).
+//!   `store_call/{native,component}`: the memory store answering `now` against
+//!   [`ComponentFleet::now`], one export call making one store request (`lease-store.execute`)
+//!   whose answer carries only the clock: the fixed cost of one operation's two crossings.
 //!   `store_json_per_cycle`: what one cycle's store requests and answers cost as JSON (each
 //!   request encoded and decoded, each answer encoded and decoded), measured natively on the
 //!   requests and answers one cycle really makes: the price of the JSON `lease-store` the
@@ -148,6 +151,13 @@ fn bench_boundary(c: &mut Criterion) {
     let mut wasm = component_fleet();
     group
         .bench_function("export_call/component", |b| cpu_iter(b, || wasm.sha256_hex(black_box("heart")).expect("sha")));
+    // One export call that makes one store request whose answer is only the clock: the fixed
+    // cost of an operation's crossings (the cycle makes three of each).
+    let mut memory = store();
+    group.bench_function("store_call/native", |b| {
+        cpu_iter(b, || memory.execute(black_box(StoreRequest::Now)).expect("now"))
+    });
+    group.bench_function("store_call/component", |b| cpu_iter(b, || wasm.now().expect("now")));
 
     // The store requests and answers of one cycle, as the component's boundary carries them.
     let log = Rc::new(RefCell::new(Vec::new()));
