@@ -437,7 +437,18 @@ export async function executeWithLease(heart, options, work) {
       return orNull(lost);
     },
   };
-  const timer = autoHeartbeat ? setInterval(() => lease.heartbeat(), Number(session.intervalMs())) : null;
+  // A timer's beat that throws (a trap) must not escape as an uncaught exception: it ends the
+  // work's wait as the call's error.
+  let beatFailure = null;
+  const beat = () => {
+    try {
+      lease.heartbeat();
+    } catch (e) {
+      beatFailure ??= e;
+      aborter.abort(e);
+    }
+  };
+  const timer = autoHeartbeat ? setInterval(beat, Number(session.intervalMs())) : null;
   let outcome;
   try {
     outcome = { ok: true, value: await work(() => orNull(session.fence(), tokenOut), aborter.signal, lease) };
@@ -446,6 +457,7 @@ export async function executeWithLease(heart, options, work) {
   } finally {
     if (timer !== null) clearInterval(timer);
   }
+  if (beatFailure !== null) outcome = { ok: false, error: beatFailure };
   const [finish, emitted] = session.finish(outcome.ok);
   heart.absorb(emitted);
   session[Symbol.dispose]?.();

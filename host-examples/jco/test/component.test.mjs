@@ -4,7 +4,8 @@
 // variants, node lists, resources, tuple results), an operation hands back its receipts and
 // counters with its result, the component agrees with the Node package's own fleet on the
 // same store and clock (results, receipts with their digests, rows), and a store that fails
-// or answers badly gives the right error code and writes nothing more.
+// or answers badly gives the right error code and writes nothing more; fleet.mjs's
+// executeWithLease beats on a timer and refuses an option it would not honour.
 //
 // Needs `cargo run -p xtask -- component` and the Node package built (`npm run build` in
 // bindings-node); `npm test` here transpiles first.
@@ -128,4 +129,39 @@ test('the JS lease-store refuses a malformed node list instead of reading it', a
     val: /node 1 is referred to twice/,
   });
   assert.throws(() => requestJson(update([])), { tag: 'protocol', val: /an empty condition/ });
+});
+
+test('executeWithLease through jco: a timer heartbeat renews once the store clock has moved', async () => {
+  const fleetApi = await import('../fleet.mjs');
+  const memory = seeded();
+  const heart = new fleetApi.HeartFleet({ store: memory });
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  const out = await fleetApi.executeWithLease(heart, { runId: 'run-1', owner: 'worker-A', ttlSeconds: 60, renewEveryMs: 1000 }, async (getFence, signal) => {
+    const first = getFence();
+    memory.advance(1_500);
+    // The timer beats every 1000 ms of real time; the store clock has moved past a period.
+    await sleep(1_300);
+    assert.equal(signal.aborted, false);
+    return [first, getFence()];
+  });
+  assert.equal(out.ran, true);
+  assert.equal(out.released, true);
+  const [first, renewed] = out.result;
+  assert.notDeepEqual(renewed, first, 'the fence was rotated by a renewal');
+  assert.equal(renewed.leaseExpiresAt, new Date(Date.parse(T0) + 1_500 + 60_000).toISOString());
+  assert.deepEqual(heart.receipts().map((r) => r.event), ['acquired', 'renewed', 'released']);
+  assert.equal(heart.metrics.renews, 1);
+  assert.equal(memory.runs()[0].status, 'completed');
+});
+
+test('executeWithLease through jco refuses an option it would not honour', async () => {
+  const fleetApi = await import('../fleet.mjs');
+  const memory = seeded();
+  const heart = new fleetApi.HeartFleet({ store: memory });
+  await assert.rejects(
+    fleetApi.executeWithLease(heart, { runId: 'run-1', owner: 'worker-A', ttlSeconds: 60, clock: () => 0 }, async () => 1),
+    { code: 'invalid-input', message: /unknown option clock/ },
+  );
+  assert.equal(memory.runs()[0].status, 'ready');
+  assert.deepEqual(heart.receipts(), []);
 });
