@@ -4,15 +4,20 @@
 #
 #   bash scripts/test-python.sh
 #
-# 1. builds the abi3 wheel with maturin (release) into bindings-python/dist;
-# 2. installs it, with pytest, pytest-asyncio, psycopg[binary] and mypy, into a FRESH
-#    virtual environment (and checks that `pip install ./bindings-python` works in another);
+# 1. builds the abi3 wheel with maturin (release) into bindings-python/dist as manylinux2014
+#    (glibc 2.17: Debian 11, Ubuntu 20.04, Amazon Linux 2) through maturin's zig linker
+#    (`ziglang` from PyPI, no container), checks the tag with `auditwheel show`, and builds the
+#    sdist beside it;
+# 2. installs the wheel into a fresh venv whose PATH has no cargo or rustc and runs a lease
+#    cycle on SQLite there; installs it, with pytest, pytest-asyncio, psycopg[binary] and
+#    mypy, into a FRESH virtual environment (and checks that `pip install ./bindings-python`
+#    works in another);
 # 3. runs pytest from outside the source tree, so the installed wheel is what is tested
 #    (conformance: every scenario in 6 store modes; asyncio; execute_with_lease; bad input;
 #    SQLite, also sharing a file with the Rust CLI; PostgreSQL; the host example), then
 #    `mypy --strict` on a typed usage file against the installed package.
 #
-# Needs python3 >= 3.11 and cargo. Installs maturin into a cached tools venv
+# Needs python3 >= 3.11 and cargo. Installs maturin, ziglang and auditwheel into a cached tools venv
 # (bindings-python/.venv-build), and PostgreSQL (scripts/postgres.sh) when DATABASE_URL is
 # unset. The SQLite shared-file test uses the `heart-fleet` CLI: $HEART_FLEET_CLI, else the
 # release binary of the workspace (built here if missing).
@@ -28,20 +33,68 @@ py=${PYTHON:-python3}
   exit 2
 }
 
-step "maturin (tools venv)"
+step "maturin, ziglang and auditwheel (tools venv)"
 tools="$root/bindings-python/.venv-build"
-if ! "$tools/bin/maturin" --version 2>/dev/null | grep -q '^maturin 1\.16\.'; then
+tool_pins=("maturin>=1.16,<1.17" "ziglang==0.13.0.post1" "auditwheel==6.8.2")
+if ! "$tools/bin/maturin" --version 2>/dev/null | grep -q '^maturin 1\.16\.' ||
+  ! "$tools/bin/python" -m ziglang version 2>/dev/null | grep -qx '0\.13\.0' ||
+  ! "$tools/bin/auditwheel" --version 2>/dev/null | grep -q '^auditwheel 6\.8\.2 '; then
   rm -rf "$tools"
   "$py" -m venv "$tools"
-  "$tools/bin/pip" install -q --disable-pip-version-check "maturin>=1.16,<1.17"
+  "$tools/bin/pip" install -q --disable-pip-version-check "${tool_pins[@]}"
 fi
 "$tools/bin/maturin" --version
+echo "zig $("$tools/bin/python" -m ziglang version)"
 
-step "the wheel (maturin build --release)"
+step "the manylinux2014 wheel (maturin build --release --zig) and the sdist"
 rm -rf bindings-python/dist
-(cd bindings-python && "$tools/bin/maturin" build --release -o dist 2>&1 | tail -n 3)
+# maturin finds zig as `python -m ziglang` of the Python on PATH: the tools venv's.
+(cd bindings-python && PATH="$tools/bin:$PATH" "$tools/bin/maturin" build --release --zig --compatibility manylinux2014 -o dist 2>&1 | tail -n 3)
+(cd bindings-python && "$tools/bin/maturin" sdist -o dist 2>&1 | tail -n 1)
 wheel=$(ls bindings-python/dist/heart_fleet-*.whl)
+sdist=$(ls bindings-python/dist/heart_fleet-*.tar.gz)
 echo "$wheel"
+echo "$sdist"
+case "$wheel" in
+  *-cp311-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl) ;;
+  *) echo "test-python: the wheel is not tagged cp311-abi3 manylinux2014 / manylinux_2_17: $wheel" >&2; exit 1 ;;
+esac
+# auditwheel reads the symbols the extension really needs: glibc 2.17 at most.
+shown=$("$tools/bin/auditwheel" show "$wheel")
+echo "$shown" | tr '\n' ' ' | grep -q 'is consistent with the following platform tag: "manylinux_2_17_x86_64"' || {
+  echo "$shown" >&2
+  echo "test-python: auditwheel does not confirm manylinux_2_17_x86_64" >&2
+  exit 1
+}
+echo "auditwheel: consistent with manylinux_2_17_x86_64"
+# The sdist builds without the workspace: it carries the core's sources.
+sdist_files=$(tar -tzf "$sdist")
+grep -q '/core/src/lib.rs$' <<<"$sdist_files" || { echo "test-python: the sdist lacks the core's sources" >&2; exit 1; }
+
+step "the wheel in a fresh venv with no Rust on PATH: a lease cycle on SQLite"
+norust=$(mktemp -d /tmp/heart-fleet-norust.XXXXXX)
+"$py" -m venv "$norust/venv"
+"$norust/venv/bin/pip" install -q --disable-pip-version-check "$wheel"
+(
+  cd "$norust"
+  export PATH="$norust/venv/bin:/usr/bin:/bin"
+  if command -v cargo >/dev/null || command -v rustc >/dev/null; then
+    echo "test-python: cargo or rustc is still on PATH ($PATH)" >&2
+    exit 1
+  fi
+  python - <<'PY'
+import heart_fleet as hf
+
+heart = hf.HeartFleet(hf.SqliteLeaseStore("cycle.db"))
+run = heart.ensure_resource_run("wheel-check", "no-rust").run
+result = hf.execute_with_lease(heart, run.id, "worker-A", 60, lambda lease: lease.fence.epoch, release_to_ready=True)
+assert result.ran and result.released and result.result == 1, result
+assert [r.event for r in heart.receipts()] == ["acquired", "released"], heart.receipts()
+assert all(hf.verify_receipt(r) for r in heart.receipts())
+print("no cargo or rustc on PATH: the wheel ran a lease cycle on SQLite")
+PY
+)
+rm -rf "$norust"
 
 step "a fresh virtual environment with the wheel"
 venv=$(mktemp -d /tmp/heart-fleet-py.XXXXXX)
