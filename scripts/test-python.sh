@@ -6,8 +6,7 @@
 #
 # 1. builds the abi3 wheel with maturin (release) into bindings-python/dist as manylinux2014
 #    (glibc 2.17: Debian 11, Ubuntu 20.04, Amazon Linux 2) through maturin's zig linker
-#    (`ziglang` from PyPI, no container), checks the tag with `auditwheel show`, and builds the
-#    sdist beside it;
+#    (`ziglang` from PyPI, no container) and checks the tag with `auditwheel show`;
 # 2. installs the wheel into a fresh venv whose PATH has no cargo or rustc and runs a lease
 #    cycle on SQLite there; installs it, with pytest, pytest-asyncio, psycopg[binary] and
 #    mypy, into a FRESH virtual environment (and checks that `pip install ./bindings-python`
@@ -46,15 +45,12 @@ fi
 "$tools/bin/maturin" --version
 echo "zig $("$tools/bin/python" -m ziglang version)"
 
-step "the manylinux2014 wheel (maturin build --release --zig) and the sdist"
+step "the manylinux2014 wheel (maturin build --release --zig)"
 rm -rf bindings-python/dist
 # maturin finds zig as `python -m ziglang` of the Python on PATH: the tools venv's.
 (cd bindings-python && PATH="$tools/bin:$PATH" "$tools/bin/maturin" build --release --zig --compatibility manylinux2014 -o dist 2>&1 | tail -n 3)
-(cd bindings-python && "$tools/bin/maturin" sdist -o dist 2>&1 | tail -n 1)
 wheel=$(ls bindings-python/dist/heart_fleet-*.whl)
-sdist=$(ls bindings-python/dist/heart_fleet-*.tar.gz)
 echo "$wheel"
-echo "$sdist"
 case "$wheel" in
   *-cp311-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl) ;;
   *) echo "test-python: the wheel is not tagged cp311-abi3 manylinux2014 / manylinux_2_17: $wheel" >&2; exit 1 ;;
@@ -67,9 +63,6 @@ echo "$shown" | tr '\n' ' ' | grep -q 'is consistent with the following platform
   exit 1
 }
 echo "auditwheel: consistent with manylinux_2_17_x86_64"
-# The sdist builds without the workspace: it carries the core's sources.
-sdist_files=$(tar -tzf "$sdist")
-grep -q '/core/src/lib.rs$' <<<"$sdist_files" || { echo "test-python: the sdist lacks the core's sources" >&2; exit 1; }
 
 step "the wheel in a fresh venv with no Rust on PATH: a lease cycle on SQLite"
 norust=$(mktemp -d /tmp/heart-fleet-norust.XXXXXX)
