@@ -16,13 +16,10 @@
 
 import { createRequire } from 'node:module';
 import { ERROR_CODES, HeartFleet as CoreFleet, MemoryLeaseStore } from '../../bindings-node/index.mjs';
-import { leaseStore } from './lease-store.mjs';
+import { iso, kebab, leaseStore, snake } from './lease-store.mjs';
 import { open } from './host.mjs';
 
 export { ERROR_CODES, MemoryLeaseStore };
-
-const snake = (kebab) => kebab.replaceAll('-', '_');
-const kebab = (snakeCase) => snakeCase.replaceAll('_', '-');
 
 /** An Error with one of the core's codes. */
 function coded(code, message) {
@@ -112,7 +109,6 @@ const ZERO_METRICS = Object.freeze(
 // --- WIT values → the reference's JSON shapes -------------------------------------------
 
 const orNull = (v, f = (x) => x) => (v === undefined || v === null ? null : f(v));
-const iso = (ms) => new Date(Number(ms)).toISOString();
 const parsed = (text) => JSON.parse(text);
 
 const tokenOut = (t) => ({ runId: t.runId, owner: t.owner, leaseExpiresAt: iso(t.leaseExpiresAt), epoch: orNull(t.epoch, Number) });
@@ -175,13 +171,11 @@ const receiptOut = (r) => ({
   digest: r.digest,
 });
 
-const runErrors = (errors) => errors.map((e) => ({ runId: e.runId, error: e.error }));
-
 const sweepOut = (s) => ({
   reclaimedCount: Number(s.reclaimedCount),
   reclaimedIds: s.reclaimedIds,
   quarantinedIds: s.quarantinedIds,
-  errors: runErrors(s.errors),
+  errors: s.errors,
 });
 
 // --- the fleet ----------------------------------------------------------------------------
@@ -196,11 +190,10 @@ export class HeartFleet {
 
   /** `store`: an object with a synchronous `execute(request)` in the core's JSON form. */
   constructor({ store, maxRetries = 5 }) {
-    if (!store || typeof store.execute !== 'function') throw coded('invalid-input', 'store must have an execute(request) method');
+    if (!store || typeof store.execute !== 'function') throw invalid('store must have an execute(request) method');
     const retries = maxRetries === Infinity || maxRetries === null ? undefined : u32('maxRetries', maxRetries);
-    const root = open(leaseStore(store), this.#hooks);
-    this.canonical = root.canonical;
-    this.#fleet = new root.fleet.Fleet(retries);
+    const { fleet } = open(leaseStore(store), this.#hooks);
+    this.#fleet = new fleet.Fleet(retries);
   }
 
   /** Receipts in the order they were made, in the reference's JSON shape. */
@@ -399,7 +392,7 @@ export async function reconcileOutbox(ledger, { probes = {}, maxAttempts = 5, li
     reopened: Number(s.reopened),
     abandoned: Number(s.abandoned),
     left: Number(s.left),
-    errors: s.errors.map((e) => ({ effectKey: e.effectKey, error: e.error })),
+    errors: s.errors,
   };
 }
 
@@ -465,19 +458,15 @@ export async function executeWithLease(heart, options, work) {
   return { ran: true, result: outcome.value, lost: orNull(finish.lost), released: finish.released };
 }
 
-/** A function of the component's `canonical` interface. */
-const canonicalCall = (heart, name, ...args) => heart.canonical[name](...args);
+// The canonical functions need an instance but no store: one, opened on first use, whose
+// `canonical` exports they call.
+let pureCanonical = null;
 
-// The canonical functions need an instance but no store: one, opened on first use.
-let pureInstance = null;
-function pure() {
-  pureInstance ??= new HeartFleet({ store: new MemoryLeaseStore(new Date(0).toISOString()) });
-  return pureInstance;
-}
-
-function unwrap(call) {
+/** `canonical.<name>(...args)` of the component, its `err` thrown as a coded Error. */
+function canonical(name, ...args) {
+  pureCanonical ??= open(leaseStore(new MemoryLeaseStore(new Date(0).toISOString()))).canonical;
   try {
-    return call();
+    return pureCanonical[name](...args);
   } catch (e) {
     // jco throws a top-level result's `err` value itself: the heart-error variant.
     if (e && typeof e.tag === 'string' && typeof e.val === 'string') throw heartError(e);
@@ -485,11 +474,11 @@ function unwrap(call) {
   }
 }
 
-export const canonicalize = (value) => unwrap(() => canonicalCall(pure(), 'canonicalize', jsonText('value', value)));
-export const digest = (value) => unwrap(() => canonicalCall(pure(), 'digest', jsonText('value', value)));
-export const deterministicResourceId = (kind, key) => unwrap(() => canonicalCall(pure(), 'deterministicResourceId', str('kind', kind), str('key', key)));
-export const effectKey = (prefix, identity) => unwrap(() => canonicalCall(pure(), 'effectKey', str('prefix', prefix), jsonText('identity', identity)));
+export const canonicalize = (value) => canonical('canonicalize', jsonText('value', value));
+export const digest = (value) => canonical('digest', jsonText('value', value));
+export const deterministicResourceId = (kind, key) => canonical('deterministicResourceId', str('kind', kind), str('key', key));
+export const effectKey = (prefix, identity) => canonical('effectKey', str('prefix', prefix), jsonText('identity', identity));
 export function verifyReceipt(receipt) {
-  unwrap(() => canonicalCall(pure(), 'verifyReceipt', jsonText('receipt', receipt)));
+  canonical('verifyReceipt', jsonText('receipt', receipt));
   return true;
 }

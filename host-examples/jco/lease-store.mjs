@@ -26,8 +26,8 @@ class StoreFailure {
 
 const protocol = (message) => new StoreFailure('protocol', message);
 
-const snake = (kebab) => kebab.replaceAll('-', '_');
-const kebab = (snakeCase) => snakeCase.replaceAll('_', '-');
+export const snake = (kebab) => kebab.replaceAll('-', '_');
+export const kebab = (snakeCase) => snakeCase.replaceAll('_', '-');
 
 /** An s64 as a JSON number: exact, or refused. */
 function int(b) {
@@ -37,7 +37,7 @@ function int(b) {
 }
 
 /** Epoch milliseconds (BigInt) as the core's ISO text. */
-function iso(ms) {
+export function iso(ms) {
   const d = new Date(int(ms));
   if (Number.isNaN(d.getTime())) throw protocol(`${ms} ms is not a time`);
   return d.toISOString();
