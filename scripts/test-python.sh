@@ -7,10 +7,9 @@
 # 1. builds the abi3 wheel with maturin (release) into bindings-python/dist as manylinux2014
 #    (glibc 2.17: Debian 11, Ubuntu 20.04, Amazon Linux 2) through maturin's zig linker
 #    (`ziglang` from PyPI, no container) and checks the tag with `auditwheel show`;
-# 2. installs the wheel into a fresh venv whose PATH has no cargo or rustc and runs a lease
-#    cycle on SQLite there; installs it, with pytest, pytest-asyncio, psycopg[binary] and
-#    mypy, into a FRESH virtual environment (and checks that `pip install ./bindings-python`
-#    works in another);
+# 2. installs it, with pytest, pytest-asyncio, psycopg[binary] and mypy, into a FRESH
+#    virtual environment; alone into another whose PATH has no cargo or rustc, where it runs a
+#    lease cycle on SQLite; and checks that `pip install ./bindings-python` works in a third;
 # 3. runs pytest from outside the source tree, so the installed wheel is what is tested
 #    (conformance: every scenario in 6 store modes; asyncio; execute_with_lease; bad input;
 #    SQLite, also sharing a file with the Rust CLI; PostgreSQL; the host example), then
@@ -64,8 +63,16 @@ echo "$shown" | tr '\n' ' ' | grep -q 'is consistent with the following platform
 }
 echo "auditwheel: consistent with manylinux_2_17_x86_64"
 
+step "a fresh virtual environment with the wheel"
+venv=$(mktemp -d /tmp/heart-fleet-py.XXXXXX)
+trap 'rm -rf "$venv"' EXIT
+"$py" -m venv "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check "$wheel" pytest pytest-asyncio "psycopg[binary]" mypy
+"$venv/bin/python" -c 'import heart_fleet, sys; print("heart_fleet", heart_fleet.__version__, "from", heart_fleet.__file__)'
+
 step "the wheel in a fresh venv with no Rust on PATH: a lease cycle on SQLite"
-norust=$(mktemp -d /tmp/heart-fleet-norust.XXXXXX)
+norust="$venv/norust"
+mkdir "$norust"
 "$py" -m venv "$norust/venv"
 "$norust/venv/bin/pip" install -q --disable-pip-version-check "$wheel"
 (
@@ -87,14 +94,6 @@ assert all(hf.verify_receipt(r) for r in heart.receipts())
 print("no cargo or rustc on PATH: the wheel ran a lease cycle on SQLite")
 PY
 )
-rm -rf "$norust"
-
-step "a fresh virtual environment with the wheel"
-venv=$(mktemp -d /tmp/heart-fleet-py.XXXXXX)
-trap 'rm -rf "$venv"' EXIT
-"$py" -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check "$wheel" pytest pytest-asyncio "psycopg[binary]" mypy
-"$venv/bin/python" -c 'import heart_fleet, sys; print("heart_fleet", heart_fleet.__version__, "from", heart_fleet.__file__)'
 
 step "pip install ./bindings-python (the PEP 517 path) into another fresh environment"
 "$py" -m venv "$venv/pep517"
