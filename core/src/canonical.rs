@@ -258,7 +258,7 @@ const HEX_PAIRS: [[u8; 2]; 256] = {
 
 /// Appends the lowercase hex encoding of `bytes` to `out`, a digest's worth at a time (one
 /// `push_str` instead of a `push` per character).
-fn push_hex(out: &mut String, bytes: &[u8]) {
+pub(crate) fn push_hex(out: &mut String, bytes: &[u8]) {
     let mut hex = [0u8; 64];
     for chunk in bytes.chunks(32) {
         for (pair, &b) in hex.chunks_exact_mut(2).zip(chunk) {
