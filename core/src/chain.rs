@@ -17,11 +17,16 @@
 //! insertion order) and reports, per run, gaps, reorders, duplicates, forks, broken links and
 //! truncation (given the final sequence the verifier expects). Receipts without chain fields
 //! (from a TypeScript node, or written before the chain existed) still verify as before and are
-//! counted as unchained. What a reader can and cannot conclude is the README's threat model.
+//! counted as unchained.
 //!
-//! The sinks that write chains (the JSON Lines file, the receipts table) keep the head of each
-//! run ([`ChainHeads`] in one process; the table's unique `(run_id, seq)` index across
-//! processes) and ask a [`Signer`] for each next [`ChainLink`].
+//! A writer of chains keeps the head of each run ([`ChainHeads`], within one process) and asks
+//! a [`Signer`] for each next [`ChainLink`]. Writers in several processes appending to one log
+//! need the store to refuse a second receipt at a position already taken; no sink writes
+//! chains yet.
+//!
+//! Without a key, a chain shows receipts deleted, reordered, duplicated or inserted among the
+//! others, but not a whole log rewritten with recomputed links, nor a tail cut off unless the
+//! verifier knows the final sequence. Only a signature shows where a receipt came from.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -227,6 +232,16 @@ fn hmac_of(key: &[u8], link: &str) -> String {
     let Ok(mut mac) = <HmacSha256 as KeyInit>::new_from_slice(key) else { return String::new() };
     mac.update(link.as_bytes());
     format!("{HMAC_PREFIX}{}", hex(&mac.finalize().into_bytes()))
+}
+
+/// Whether `got` is the HMAC of `link` under `key`, compared in constant time (the hmac
+/// crate's `verify_slice`), so a verifier that answers many queries leaks nothing about the
+/// expected tag.
+fn hmac_matches(key: &[u8], link: &str, got: &str) -> bool {
+    let Some(tag) = got.strip_prefix(HMAC_PREFIX).and_then(decode_hex) else { return false };
+    let Ok(mut mac) = <HmacSha256 as KeyInit>::new_from_slice(key) else { return false };
+    mac.update(link.as_bytes());
+    mac.verify_slice(&tag).is_ok()
 }
 
 /// What signs a fleet's receipts: an HMAC key, an Ed25519 key, both or neither.
@@ -673,7 +688,7 @@ pub fn verify_log(entries: &[LogEntry], keys: &VerifyKeys, expect: &LogExpectati
             if let Some(key) = keys.hmac.as_deref() {
                 verdicts.push(match obj.get("hmac").and_then(Value::as_str) {
                     None => Err((FindingCode::SignatureMissing, "no hmac, and the verifier holds an HMAC key".into())),
-                    Some(got) if got == hmac_of(key, &link) => Ok(()),
+                    Some(got) if hmac_matches(key, &link, got) => Ok(()),
                     Some(_) => Err((FindingCode::SignatureInvalid, "the hmac is not this key's".into())),
                 });
             }
