@@ -174,9 +174,14 @@ fn reclaim_and_runs_list_through_the_component_match_the_native_crate() {
     assert_eq!(r["ttlSweep"]["quarantinedIds"], json!([uuid(4)]), "{r}");
     assert_eq!(r["liveness"]["deadInstanceIds"], json!(["silent-instance"]), "{r}");
     assert_eq!(r["liveness"]["reclaimedIds"], json!([uuid(3)]), "{r}");
-    // The rows the two engines left behind are the same (the store clock aside).
+    // The rows the two engines left behind are the same (the store clock aside). `runs list`
+    // orders by `updated_at`, which each store's own clock set during its reclaim, so the rows
+    // are compared in key order.
     let rows = |url: &str, engine: &str| -> Vec<Value> {
-        json_lines(&ok(&on(engine, &dir, url, &["runs", "list", "--json"]))).into_iter().map(settled).collect()
+        let mut rows: Vec<Value> =
+            json_lines(&ok(&on(engine, &dir, url, &["runs", "list", "--json"]))).into_iter().map(settled).collect();
+        rows.sort_by(|a, b| a["idempotency_key"].as_str().cmp(&b["idempotency_key"].as_str()));
+        rows
     };
     let c = rows(&component, "component");
     assert_eq!(rows(&native, "native"), c);
