@@ -59,6 +59,7 @@
 pub mod api;
 pub mod bridge;
 pub mod canonical;
+#[cfg(feature = "chain")]
 pub mod chain;
 #[cfg(feature = "testkit")]
 pub mod conformance;
