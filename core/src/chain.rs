@@ -21,8 +21,9 @@
 //!
 //! A writer of chains keeps the head of each run ([`ChainHeads`], within one process) and asks
 //! a [`Signer`] for each next [`ChainLink`]. Writers in several processes appending to one log
-//! need the store to refuse a second receipt at a position already taken; no sink writes
-//! chains yet.
+//! need the store to refuse a second receipt at a position already taken: the
+//! `heart_receipts` table does (migration 0003's unique index; `heart-fleet-stores`'
+//! `ReceiptTableSink` chains again after the new head), a JSON Lines file has one writer.
 //!
 //! Without a key, a chain shows receipts deleted, reordered, duplicated or inserted among the
 //! others, but not a whole log rewritten with recomputed links, nor a tail cut off unless the
@@ -734,6 +735,56 @@ pub fn verify_log(entries: &[LogEntry], keys: &VerifyKeys, expect: &LogExpectati
     Ok(report)
 }
 
+/// Checks a JSON Lines log (a `--receipts FILE`, or any such text a binding is handed): one
+/// receipt per line, positions are line numbers from 1, blank lines are skipped and a trailing
+/// `\r` is ignored. A line that is not JSON (or not UTF-8) makes the text no JSON Lines log:
+/// `Err` with `invalid-input` naming the line, except for a last line without its newline,
+/// which is what a writer killed mid-line leaves behind: that one is a malformed receipt.
+/// Otherwise as [`verify_log`].
+pub fn verify_json_lines(text: &[u8], keys: &VerifyKeys, expect: &LogExpectations) -> Result<LogReport, HeartError> {
+    let mut entries = Vec::new();
+    let mut torn = None;
+    let mut rest = text;
+    let mut number = 0u64;
+    while !rest.is_empty() {
+        number += 1;
+        let (line, ended) = match rest.iter().position(|&b| b == b'\n') {
+            Some(end) => {
+                let line = &rest[..end];
+                rest = &rest[end + 1..];
+                (line, true)
+            }
+            None => (std::mem::take(&mut rest), false),
+        };
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let parsed = std::str::from_utf8(line)
+            .map_err(|e| format!("not UTF-8: {e}"))
+            .and_then(|t| serde_json::from_str::<Value>(t).map_err(|e| format!("not JSON: {e}")));
+        match parsed {
+            Ok(value) => entries.push(LogEntry { position: number, value }),
+            Err(why) if !ended => torn = Some((number, why)),
+            Err(why) => return Err(HeartError::invalid(format!("line {number}: {why}"))),
+        }
+    }
+    let mut report =
+        verify_log(&entries, keys, expect).map_err(|e| HeartError::invalid(format!("line {}", e.message)))?;
+    if let Some((position, why)) = torn {
+        report.receipts += 1;
+        report.malformed += 1;
+        report.findings.push(Finding {
+            position: Some(position),
+            run_id: None,
+            code: FindingCode::Malformed,
+            message: format!("the last line is cut short (no newline; a writer stopped mid-line): {why}"),
+        });
+        report.sort_findings();
+    }
+    Ok(report)
+}
+
 fn ed25519_check(key: &ed25519_dalek::VerifyingKey, link: &str, sig: &str) -> bool {
     let Some(bytes) = sig.strip_prefix(ED25519_PREFIX).and_then(decode_hex) else { return false };
     let Ok(bytes) = <[u8; 64]>::try_from(bytes.as_slice()) else { return false };
@@ -995,5 +1046,40 @@ mod tests {
         }
         let rest: Vec<Value> = rs[2..].iter().map(|r| chained_json(r, &heads.append(&Signer::unsigned(), r))).collect();
         assert_eq!(rest, whole[2..]);
+    }
+
+    #[test]
+    fn json_lines_skip_blanks_name_lines_and_tolerate_only_a_torn_last_line() {
+        let signer = Signer::unsigned();
+        let lines: Vec<String> = chained(&signer, &receipts("run-1", 3)).iter().map(Value::to_string).collect();
+        let tampered = lines[1].replace("worker-A", "mallory");
+        let text = format!("{}\n\n{tampered}\r\n{{\"a\":1}}\n{}\n{{\"schemaVer", lines[0], lines[2]);
+        let report = verify_json_lines(text.as_bytes(), &VerifyKeys::none(), &LogExpectations::default()).unwrap();
+        assert_eq!((report.receipts, report.ok, report.tampered, report.malformed), (5, 2, 1, 2));
+        // The tampered receipt holds no place in the chain: the one after it follows a gap.
+        assert_eq!(
+            codes(&report),
+            [
+                (Some(3), "receipt-tampered"),
+                (Some(4), "invalid-input"),
+                (Some(5), "chain-gap"),
+                (Some(6), "invalid-input")
+            ]
+        );
+        assert!(report.findings[3].message.starts_with("the last line is cut short"), "{}", report.findings[2].message);
+
+        // Not JSON, or not UTF-8, before the last line: no JSON Lines log at all.
+        for bad in [format!("{}\nnot json\n{}\n", lines[0], lines[1]).into_bytes(), b"\xff\xfe\n".to_vec()] {
+            let e = verify_json_lines(&bad, &VerifyKeys::none(), &LogExpectations::default()).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidInput);
+            assert!(e.message.starts_with("line "), "{}", e.message);
+        }
+        // A receipt of another run than the log's, and an unknown schema version, name the line.
+        let expect = LogExpectations { run: Some("run-2".into()), ..Default::default() };
+        let e = verify_json_lines(format!("\n{}\n", lines[0]).as_bytes(), &VerifyKeys::none(), &expect).unwrap_err();
+        assert!(e.message.starts_with("line 2: a receipt of run \"run-1\""), "{}", e.message);
+        let future = lines[0].replace(SCHEMA_VERSION, "heart-fleet.receipt.v9");
+        let e = verify_json_lines(future.as_bytes(), &VerifyKeys::none(), &LogExpectations::default()).unwrap_err();
+        assert!(e.message.starts_with("line 1: a receipt of unknown schema version"), "{}", e.message);
     }
 }

@@ -15,7 +15,10 @@
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use clap::{Args, Parser, Subcommand};
+use heart_fleet_core::chain::Signer;
 use heart_fleet_core::receipt::ReceiptSink;
 
 use crate::Exit;
@@ -23,9 +26,11 @@ use crate::canonical_cmd::{self, Form};
 use crate::chaos::{self, ChaosConfig, ChaosStore, history};
 use crate::commands;
 use crate::engine::{EngineKind, EngineUnavailable, Prepared};
+use crate::keys::{self, KeyKind};
 use crate::procsim::{self, ProcConfig};
-use crate::receipts_file::{self, JsonlFileSink, SinkHealth};
+use crate::receipts_file::{JsonlFileSink, SinkHealth};
 use crate::simulate::{self, Fault, SimConfig};
+use crate::verify_cmd;
 
 /// heart-fleet: fenced leases for fleets of workers, from the command line.
 ///
@@ -63,9 +68,22 @@ pub struct Global {
     /// reported as an error (tests starve the component with it).
     #[arg(long, global = true, hide = true, value_name = "N")]
     pub component_fuel: Option<u64>,
+    /// Sign the link of every receipt this command writes (to heart_receipts and to
+    /// --receipts FILE) with the key in FILE, made by `heart-fleet keygen`: an HMAC key, an
+    /// Ed25519 secret key, or one of each (give the option twice). The key may also come from
+    /// $HEART_FLEET_SIGNING_KEY (the key file's text); both are used. Receipts are chained per
+    /// run with or without a key.
+    #[arg(long = "signing-key", global = true, value_name = "FILE")]
+    pub signing_keys: Vec<PathBuf>,
 }
 
 impl Global {
+    /// The signer of `--signing-key` and `$HEART_FLEET_SIGNING_KEY`; the error names the file
+    /// or the variable, never the key.
+    pub fn signer(&self) -> Result<Arc<Signer>, String> {
+        keys::fleet_signer(&self.signing_keys)
+    }
+
     /// The engine of `--engine` (and `--component-fuel`), ready to build fleets.
     pub fn prepare_engine(&self) -> Result<Prepared, EngineUnavailable> {
         self.engine.prepare().map(|p| p.with_fuel_per_call(self.component_fuel))
@@ -86,9 +104,21 @@ pub enum Command {
     /// Blank lines are skipped. The first invalid line stops the command with
     /// `line N: ...` on stderr and exit status 1.
     Digest,
-    /// Check a JSON Lines file of receipts, or the store's receipts table (--table); exit 0
-    /// if all verify, 1 otherwise, 2 if they cannot be read.
+    /// Check a JSON Lines file of receipts, or the store's receipts table (--table): every
+    /// receipt's digest, then each run's chain (gaps, reorders, duplicates, forks, broken links,
+    /// truncation with --final-seq) and, with --key or --public-key, who signed it.
+    ///
+    /// Prints one line per finding (`line N: CODE: MESSAGE`, `row N: ...` for the table), then
+    /// a summary. Receipts without chain fields (from a TypeScript node, or older) verify by
+    /// their digest and are counted unchained. Exit 0 if nothing was found, 1 otherwise, 2 if
+    /// the log or a key cannot be read or is not what it must be (a line that is not JSON, a
+    /// receipt of an unknown schema version or of another run than --run).
     VerifyReceipts(VerifyReceiptsArgs),
+    /// Make a fleet key for --signing-key: an HMAC-SHA-256 key every writer and verifier
+    /// shares, or an Ed25519 key pair (writers hold the secret key, verifiers the public one).
+    /// Writes the key file with mode 0600 and never over an existing file; prints file names,
+    /// never key bytes.
+    Keygen(KeygenArgs),
     /// Run a fleet with crashing workers and report whether every safety count stayed 0
     /// (exit 0) or not (exit 1).
     ///
@@ -231,6 +261,52 @@ pub struct VerifyReceiptsArgs {
     /// Check the store's heart_receipts table instead of a file.
     #[arg(long, conflicts_with = "file")]
     pub table: bool,
+    /// The fleet's HMAC key file: every chained receipt must carry a valid hmac.
+    #[arg(long, value_name = "FILE")]
+    pub key: Option<PathBuf>,
+    /// An Ed25519 public key file (keygen's .pub): every chained receipt must carry a valid sig.
+    #[arg(long, value_name = "FILE")]
+    pub public_key: Option<PathBuf>,
+    /// The log is this run's: in a file, a receipt of another run is an error (exit 2); of the
+    /// table, only this run's rows are checked.
+    #[arg(long, value_name = "ID", value_parser = non_empty)]
+    pub run: Option<String>,
+    /// The sequence number of the run's last receipt, known from elsewhere: a log that ends
+    /// before it is reported truncated (repeatable, one per run).
+    #[arg(long, value_name = "RUN=SEQ", value_parser = run_and_seq)]
+    pub final_seq: Vec<(String, u64)>,
+    /// Receipts without chain fields fail instead of being counted unchained.
+    #[arg(long)]
+    pub require_chain: bool,
+    /// Print the report as one JSON object (counts, runs, findings) instead of lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `keygen`.
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// The kind of key.
+    #[arg(long, value_enum)]
+    pub kind: KeyKind,
+    /// The key file to create (mode 0600).
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Ed25519 only: where the public key goes [default: the --out file with .pub appended].
+    #[arg(long, value_name = "FILE")]
+    pub public_out: Option<PathBuf>,
+}
+
+fn run_and_seq(text: &str) -> Result<(String, u64), String> {
+    let (run, seq) = text.rsplit_once('=').ok_or("expected RUN=SEQ")?;
+    if run.is_empty() {
+        return Err("the run id is empty".into());
+    }
+    let seq: u64 = seq.parse().map_err(|e| format!("SEQ {seq:?}: {e}"))?;
+    if seq == 0 {
+        return Err("SEQ counts from 1".into());
+    }
+    Ok((run.to_owned(), seq))
 }
 
 /// Arguments of `canary`.
@@ -563,8 +639,8 @@ pub fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write, err: &mut dyn
     match cli.command {
         Command::Canonicalize => canonical_cmd::run(Form::Canonical, input, out, err),
         Command::Digest => canonical_cmd::run(Form::Digest, input, out, err),
-        Command::VerifyReceipts(args) if args.table => commands::verify_table(g, out, err),
-        Command::VerifyReceipts(args) => verify_receipts(&args, out, err),
+        Command::VerifyReceipts(args) => verify_cmd::run(g, &args, out, err),
+        Command::Keygen(args) => keygen(&args, out, err),
         Command::Simulate(args) => match args.processes {
             Some(n) => match refuse_foreign_flags(&args, true, err) {
                 Ok(()) => simulate_processes(g, &args, n, out, err),
@@ -591,42 +667,27 @@ pub fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write, err: &mut dyn
     }
 }
 
-fn verify_receipts(args: &VerifyReceiptsArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
-    let Some(path) = args.file.as_deref() else {
-        return commands::fail(err, Exit::Error, "verify-receipts needs a FILE or --table");
-    };
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) => {
-            let _ = writeln!(err, "heart-fleet: cannot read {}: {e}", path.display());
-            return Exit::Error;
-        }
-    };
-    let mut reader = std::io::BufReader::new(file);
-    let summary = match receipts_file::verify_lines(&mut reader, out) {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = writeln!(err, "heart-fleet: cannot read {}: {e}", path.display());
-            return Exit::Error;
-        }
-    };
-    let line = format!(
-        "{} receipts, {} ok, {} tampered, {} malformed",
-        summary.receipts, summary.ok, summary.tampered, summary.malformed
-    );
-    if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
-        return crate::io_failure(err, &e);
+fn keygen(args: &KeygenArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
+    match keys::keygen(args.kind, &args.out, args.public_out.as_deref()) {
+        Ok(lines) => match lines.iter().try_for_each(|l| writeln!(out, "{l}")).and_then(|()| out.flush()) {
+            Ok(()) => Exit::Success,
+            Err(e) => crate::io_failure(err, &e),
+        },
+        Err(e) => commands::fail(err, Exit::Error, format!("keygen: {e}")),
     }
-    if summary.all_ok() { Exit::Success } else { Exit::Failure }
 }
 
 /// An opened `--receipts` file: the sink to hand to the fleet, and its health handle.
 pub type OpenedReceipts = (Box<dyn ReceiptSink>, SinkHealth);
 
-/// Opens the `--receipts` file, if any.
-pub fn open_receipts(arg: &ReceiptsArg, err: &mut dyn Write) -> Result<Option<OpenedReceipts>, Exit> {
+/// Opens the `--receipts` file, if any, its receipts signed by `signer`.
+pub fn open_receipts(
+    arg: &ReceiptsArg,
+    signer: &Arc<Signer>,
+    err: &mut dyn Write,
+) -> Result<Option<OpenedReceipts>, Exit> {
     let Some(path) = arg.receipts.as_deref() else { return Ok(None) };
-    match JsonlFileSink::open(path) {
+    match JsonlFileSink::open(path, signer.clone()) {
         Ok((sink, health)) => Ok(Some((Box::new(sink), health))),
         Err(e) => {
             let _ = writeln!(err, "heart-fleet: cannot open {}: {e}", path.display());
@@ -656,7 +717,11 @@ fn simulate_cmd(g: &Global, args: &SimulateArgs, out: &mut dyn Write, err: &mut 
         Err(e) => return commands::fail(err, Exit::Error, e),
     };
     let cfg = args.sim_config();
-    let (sink, health) = match open_receipts(&args.receipts, err) {
+    let signer = match g.signer() {
+        Ok(signer) => signer,
+        Err(e) => return commands::fail(err, Exit::Error, e),
+    };
+    let (sink, health) = match open_receipts(&args.receipts, &signer, err) {
         Ok(Some((sink, health))) => (Some(sink), Some(health)),
         Ok(None) => (None, None),
         Err(exit) => return exit,
@@ -712,6 +777,7 @@ fn simulate_processes(g: &Global, args: &SimulateArgs, n: u32, out: &mut dyn Wri
         engine: g.engine,
         max_retries: args.max_retries,
         fault: args.inject_fault,
+        signing_keys: g.signing_keys.clone(),
     };
     // The default is a fresh SQLite file of its own, never the embedded store.
     let (url, temp) = match g.store.clone() {
@@ -726,7 +792,11 @@ fn simulate_processes(g: &Global, args: &SimulateArgs, n: u32, out: &mut dyn Wri
             (url, Some(path))
         }
     };
-    let (sink, health) = match open_receipts(&args.receipts, err) {
+    let signer = match g.signer() {
+        Ok(signer) => signer,
+        Err(e) => return commands::fail(err, Exit::Error, e),
+    };
+    let (sink, health) = match open_receipts(&args.receipts, &signer, err) {
         Ok(Some((sink, health))) => (Some(sink), Some(health)),
         Ok(None) => (None, None),
         Err(exit) => return exit,
@@ -778,6 +848,7 @@ fn worker(g: &Global, args: &WorkerArgs, err: &mut dyn Write) -> Exit {
         engine: g.engine,
         max_retries: args.max_retries,
         fault: args.inject_fault,
+        signing_keys: g.signing_keys.clone(),
     };
     match procsim::run_worker(&url, cfg) {
         Ok(()) => Exit::Success,

@@ -102,12 +102,13 @@ impl Session {
     ) -> Result<Session, Exit> {
         // The engine first: a missing component is reported before any store is touched.
         let engine = global.prepare_engine().map_err(|e| fail(err, Exit::Error, e))?;
+        let signer = global.signer().map_err(|e| fail(err, Exit::Error, e))?;
         let store = open_store(global, err)?;
-        let (file_sink, file) = match open_receipts(receipts, err)? {
+        let (file_sink, file) = match open_receipts(receipts, &signer, err)? {
             Some((sink, health)) => (Some(sink), Some(health)),
             None => (None, None),
         };
-        let (table_sink, table) = ReceiptTableSink::new(&store);
+        let (table_sink, table) = ReceiptTableSink::signed(&store, signer);
         let (queue_sink, queue) = QueueSink::new();
         let mut sinks: Vec<Box<dyn ReceiptSink>> = vec![Box::new(table_sink), Box::new(queue_sink)];
         sinks.extend(file_sink);
@@ -520,27 +521,5 @@ pub fn metrics(global: &Global, out: &mut dyn Write, err: &mut dyn Write) -> Exi
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Exit::Success,
         Err(e) => crate::io_failure(err, &e),
-    }
-}
-
-/// `verify-receipts --table`: every row of the store's `heart_receipts`.
-pub fn verify_table(global: &Global, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
-    let mut store = match open_store(global, err) {
-        Ok(s) => s,
-        Err(exit) => return exit,
-    };
-    let mut lines = Vec::new();
-    let summary = match store.verify_receipts(&mut |l| lines.push(l)) {
-        Ok(s) => s,
-        Err(e) => return fail(err, Exit::Error, format!("verify-receipts: {e}")),
-    };
-    lines.push(format!(
-        "{} receipts, {} ok, {} tampered, {} malformed",
-        summary.receipts, summary.ok, summary.tampered, summary.malformed
-    ));
-    match write_lines(out, err, &lines) {
-        Ok(()) if summary.all_ok() => Exit::Success,
-        Ok(()) => Exit::Failure,
-        Err(exit) => exit,
     }
 }

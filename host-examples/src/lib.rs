@@ -7,15 +7,18 @@
 //! * [`cli`]: the argument grammar (clap) and the dispatch to the commands, with the exit
 //!   status convention of [`Exit`].
 //! * [`canonical_cmd`]: `canonicalize` and `digest`, JSON documents one per line.
-//! * [`receipts_file`]: receipts as JSON Lines: the appending [`receipts_file::JsonlFileSink`]
-//!   behind every `--receipts FILE`, and `verify-receipts`.
+//! * [`receipts_file`]: receipts as JSON Lines: the appending, chaining
+//!   [`receipts_file::JsonlFileSink`] behind every `--receipts FILE`.
+//! * [`verify_cmd`]: `verify-receipts`, a file or the store's table, through the core's chain
+//!   verifier.
+//! * [`keys`]: fleet key files (`--signing-key`, `--key`, `--public-key`) and `keygen`.
 //! * [`sinks`]: small [`heart_fleet_core::receipt::ReceiptSink`]s that commands combine.
 //! * [`simulate`]: an in-process fleet on the core's memory store with crashes, pauses, a
 //!   sweeper and a reconciler, checked by bookkeeping of its own.
 //! * [`procsim`]: `simulate --processes N`: real worker processes on one shared SQL store,
 //!   some killed with SIGKILL, checked by journals, receipts and a receiving system's table.
 //! * [`commands`]: the commands on a store (`migrate`, `canary`, `reclaim`, `runs`,
-//!   `instances`, `metrics`, `verify-receipts --table`), over the stores of
+//!   `instances`, `metrics`), over the stores of
 //!   `heart-fleet-stores` (`--store URL`, default `sqlite:heart-fleet.db`).
 //! * [`engine`]: the fleet operations those commands use, behind the [`engine::Engine`]
 //!   trait: the native crate (`--engine native`, the default) or the WebAssembly component
@@ -30,11 +33,13 @@ pub mod chaos;
 pub mod cli;
 pub mod commands;
 pub mod engine;
+pub mod keys;
 pub mod procsim;
 pub mod receipts_file;
 pub mod rng;
 pub mod simulate;
 pub mod sinks;
+pub mod verify_cmd;
 
 use std::io::{self, Write};
 use std::process::ExitCode;

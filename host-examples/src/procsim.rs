@@ -153,6 +153,8 @@ pub struct ProcConfig {
     /// A deliberate store fault in every process (`--inject-fault`): the report must then
     /// come out unsafe.
     pub fault: Fault,
+    /// The key files every process signs its receipts with (`--signing-key`).
+    pub signing_keys: Vec<PathBuf>,
 }
 
 /// The report of a multi-process simulation: the in-process report's safety counts, and
@@ -593,8 +595,8 @@ struct JournaledTableSink {
 }
 
 impl JournaledTableSink {
-    fn new(store: &AnyStore, journal: &Path) -> Result<JournaledTableSink, String> {
-        let (table, health) = ReceiptTableSink::new(store);
+    fn new(store: &AnyStore, journal: &Path, signing_keys: &[PathBuf]) -> Result<JournaledTableSink, String> {
+        let (table, health) = ReceiptTableSink::signed(store, crate::keys::fleet_signer(signing_keys)?);
         Ok(JournaledTableSink { table, health, journaled: 0, journal: Journal::open(journal)? })
     }
 }
@@ -692,6 +694,9 @@ pub struct WorkerConfig {
     pub max_retries: Option<u32>,
     /// The injected store fault (`--inject-fault`, passed on by the parent).
     pub fault: Fault,
+    /// The key files its receipts are signed with (`--signing-key`, passed on by the parent;
+    /// `$HEART_FLEET_SIGNING_KEY` it inherits).
+    pub signing_keys: Vec<PathBuf>,
 }
 
 struct Worker {
@@ -723,7 +728,8 @@ pub fn run_worker(url: &str, cfg: WorkerConfig) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_millis(cfg.deadline_ms);
     let store = open_riding_through(url, deadline)?;
     let ext = open_riding_through(url, deadline)?;
-    let sinks: Vec<Box<dyn ReceiptSink>> = vec![Box::new(JournaledTableSink::new(&store, &cfg.journal)?)];
+    let sinks: Vec<Box<dyn ReceiptSink>> =
+        vec![Box::new(JournaledTableSink::new(&store, &cfg.journal, &cfg.signing_keys)?)];
     let store = FaultyStore { inner: store, fault: cfg.fault };
     let fleet = cfg
         .engine
@@ -989,7 +995,8 @@ pub fn run(
     let dir = std::env::temp_dir().join(format!("heart-fleet-sim-{sim_id}"));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let parent_journal = dir.join(PARENT_JOURNAL);
-    let mut sinks: Vec<Box<dyn ReceiptSink>> = vec![Box::new(JournaledTableSink::new(&store, &parent_journal)?)];
+    let mut sinks: Vec<Box<dyn ReceiptSink>> =
+        vec![Box::new(JournaledTableSink::new(&store, &parent_journal, &cfg.signing_keys)?)];
     sinks.extend(sink);
     let store = FaultyStore { inner: store, fault: cfg.fault };
     let fleet = engine.build(store, cfg.max_retries, Box::new(FanoutSink::new(sinks))).map_err(err_text)?;
@@ -1065,6 +1072,7 @@ impl Parent<'_> {
             .args(["--deadline-ms", &left.as_millis().to_string()])
             .args(self.cfg.max_retries.map(|m| ["--max-retries".to_owned(), m.to_string()]).into_iter().flatten())
             .args(["--inject-fault", self.cfg.fault.as_str()])
+            .args(self.cfg.signing_keys.iter().flat_map(|k| [std::ffi::OsStr::new("--signing-key"), k.as_os_str()]))
             .args(["--seed", &(self.cfg.seed.wrapping_mul(1000).wrapping_add(u64::from(self.next_worker))).to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

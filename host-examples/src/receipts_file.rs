@@ -1,20 +1,25 @@
-//! Receipts as JSON Lines: one receipt per line, exactly as
-//! [`HeartReceipt::to_json_line`] writes it.
+//! Receipts as JSON Lines: one receipt per line, with its chain fields
+//! ([`heart_fleet_core::chain::chained_json_line`]).
 //!
-//! * [`JsonlFileSink`] appends every receipt of a command to a file (`--receipts FILE`).
+//! * [`JsonlFileSink`] appends every receipt of a command to a file (`--receipts FILE`),
+//!   chained per run after what the file already holds and signed with the fleet's keys.
 //!   A sink cannot fail a lease operation (the core's rule), so write errors are kept in
 //!   the [`SinkHealth`] handle and the command reports them when it finishes.
-//! * [`verify_lines`] checks such a file with the core's
-//!   [`heart_fleet_core::verify_receipt`] (`verify-receipts`).
+//! * `verify-receipts FILE` checks such a file with the core's
+//!   [`heart_fleet_core::chain::verify_json_lines`].
+//!
+//! The file sink chains correctly for one writer at a time: two processes appending to one
+//! file would both take the next position (the verifier then reports a fork). Fleets share
+//! the store's `heart_receipts` table, whose unique index keeps one receipt per position.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use heart_fleet_core::HeartReceipt;
+use heart_fleet_core::chain::{self, ChainHeads, Signer};
 use heart_fleet_core::receipt::ReceiptSink;
-use heart_fleet_core::{ErrorCode, HeartReceipt, verify_receipt};
-use serde::Serialize;
 
 #[derive(Debug, Default)]
 struct HealthState {
@@ -48,14 +53,34 @@ pub struct JsonlFileSink {
     path: PathBuf,
     file: File,
     health: SinkHealth,
+    signer: Arc<Signer>,
+    heads: ChainHeads,
 }
 
 impl JsonlFileSink {
-    /// Opens (creating if needed) `path` for appending.
-    pub fn open(path: &Path) -> io::Result<(JsonlFileSink, SinkHealth)> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+    /// Opens (creating if needed) `path` for appending; each run's chain goes on after the
+    /// last receipt of it the file holds. A last line cut short by a crash is ended with a
+    /// newline first, so it stays one bad line instead of spoiling the next receipt.
+    pub fn open(path: &Path, signer: Arc<Signer>) -> io::Result<(JsonlFileSink, SinkHealth)> {
+        let mut file = OpenOptions::new().create(true).read(true).append(true).open(path)?;
+        let mut heads = ChainHeads::new();
+        let mut reader = BufReader::new(&mut file);
+        let mut line = Vec::new();
+        let mut ends_with_newline = true;
+        while reader.read_until(b'\n', &mut line)? > 0 {
+            ends_with_newline = line.ends_with(b"\n");
+            if let Ok(value) = serde_json::from_slice::<serde_json::Value>(&line) {
+                heads.observe(&value);
+            }
+            line.clear();
+        }
+        drop(reader);
+        if !ends_with_newline {
+            file.write_all(b"\n")?;
+        }
         let health = SinkHealth::default();
-        Ok((JsonlFileSink { path: path.to_owned(), file, health: health.clone() }, health))
+        let sink = JsonlFileSink { path: path.to_owned(), file, health: health.clone(), signer, heads };
+        Ok((sink, health))
     }
 }
 
@@ -65,7 +90,8 @@ impl ReceiptSink for JsonlFileSink {
         if state.error.is_some() {
             return;
         }
-        let mut line = receipt.to_json_line();
+        let link = self.heads.append(&self.signer, receipt);
+        let mut line = chain::chained_json_line(receipt, &link);
         line.push('\n');
         match self.file.write_all(line.as_bytes()) {
             Ok(()) => state.written += 1,
@@ -74,111 +100,81 @@ impl ReceiptSink for JsonlFileSink {
     }
 }
 
-/// Counts of a `verify-receipts` pass.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct VerifySummary {
-    /// Non-blank lines.
-    pub receipts: u64,
-    /// Lines that are receipts whose digest matches.
-    pub ok: u64,
-    /// Receipts whose digest does not match their fields (`receipt-tampered`).
-    pub tampered: u64,
-    /// Lines that are not receipts at all: not UTF-8, not JSON, wrong schema or field types.
-    pub malformed: u64,
-}
-
-impl VerifySummary {
-    /// Whether every receipt verified.
-    pub fn all_ok(&self) -> bool {
-        self.ok == self.receipts
-    }
-}
-
-/// Checks receipts, one per line, from `input`. Blank lines are skipped (and not counted);
-/// a trailing `\r` is ignored. For every receipt that does not verify, writes
-/// `line N: CODE: MESSAGE` to `report`, where `CODE` is `receipt-tampered` (the digest does
-/// not match) or `invalid-input` (the line is not a receipt); line numbers count every line,
-/// blank or not, from 1. Reading stops at the first I/O error, which is returned.
-pub fn verify_lines(input: &mut dyn BufRead, report: &mut dyn Write) -> io::Result<VerifySummary> {
-    let mut summary = VerifySummary::default();
-    let mut buf = Vec::new();
-    let mut number = 0u64;
-    loop {
-        buf.clear();
-        if input.read_until(b'\n', &mut buf)? == 0 {
-            break;
-        }
-        number += 1;
-        let bytes = buf.strip_suffix(b"\n").unwrap_or(&buf);
-        let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        summary.receipts += 1;
-        let verdict = match std::str::from_utf8(bytes) {
-            Err(e) => Err((ErrorCode::InvalidInput, format!("not UTF-8: {e}"))),
-            Ok(text) => match serde_json::from_str::<serde_json::Value>(text) {
-                Err(e) => Err((ErrorCode::InvalidInput, format!("not JSON: {e}"))),
-                Ok(value) => verify_receipt(&value).map_err(|e| (e.code, e.message)),
-            },
-        };
-        match verdict {
-            Ok(()) => summary.ok += 1,
-            Err((code, message)) => {
-                if code == ErrorCode::ReceiptTampered {
-                    summary.tampered += 1;
-                } else {
-                    summary.malformed += 1;
-                }
-                writeln!(report, "line {number}: {code}: {message}")?;
-            }
-        }
-    }
-    Ok(summary)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+    use heart_fleet_core::chain::{FleetKey, LogExpectations, VerifyKeys, verify_json_lines};
     use heart_fleet_core::{HeartEvent, Timestamp};
 
-    fn receipt(owner: &str) -> String {
-        HeartReceipt::new(HeartEvent::Acquired, "run-1", owner, Some(Timestamp(60_000)), None, Timestamp(0))
-            .to_json_line()
-    }
-
-    #[test]
-    fn counts_ok_tampered_and_malformed() {
-        let tampered = receipt("worker-A").replace("worker-A", "mallory");
-        let text = format!("{}\n\n{tampered}\r\nnot json\n{{\"a\":1}}\n{}", receipt("w"), receipt("x"));
-        let mut report = Vec::new();
-        let s = verify_lines(&mut text.as_bytes(), &mut report).unwrap();
-        assert_eq!(s, VerifySummary { receipts: 5, ok: 2, tampered: 1, malformed: 2 });
-        let report = String::from_utf8(report).unwrap();
-        let lines: Vec<&str> = report.lines().collect();
-        assert_eq!(lines.len(), 3);
-        assert!(lines[0].starts_with("line 3: receipt-tampered: digest "), "{}", lines[0]);
-        assert!(lines[1].starts_with("line 4: invalid-input: not JSON"), "{}", lines[1]);
-        assert!(lines[2].starts_with("line 5: invalid-input: "), "{}", lines[2]);
-    }
-
-    #[test]
-    fn file_sink_appends_lines_that_verify() {
-        let dir = std::env::temp_dir().join(format!("hf-sink-{}", std::process::id()));
+    fn temp_file(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("hf-sink-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("r.jsonl");
         let _ = std::fs::remove_file(&path);
+        path
+    }
+
+    fn released(run: &str, owner: &str) -> HeartReceipt {
+        HeartReceipt::new(HeartEvent::Released, run, owner, None, None, Timestamp(0))
+    }
+
+    #[test]
+    fn file_sink_resumes_each_runs_chain_and_signs() {
+        let path = temp_file("resume");
+        let key = FleetKey::hmac_from_random([7; 32]);
+        let text = key.to_key_file_text();
+        let signer = Arc::new(Signer::unsigned().with_key(FleetKey::parse(&text).unwrap()).unwrap());
         for owner in ["a", "b"] {
-            let (mut sink, health) = JsonlFileSink::open(&path).unwrap();
-            sink.emit(&HeartReceipt::new(HeartEvent::Released, "run-1", owner, None, None, Timestamp(0)));
-            assert_eq!(health.written(), 1);
+            let (mut sink, health) = JsonlFileSink::open(&path, signer.clone()).unwrap();
+            sink.emit(&released("run-1", owner));
+            sink.emit(&released("run-2", owner));
+            assert_eq!(health.written(), 2);
             assert!(health.error().is_none());
         }
+        let bytes = std::fs::read(&path).unwrap();
+        let lines: Vec<serde_json::Value> = bytes
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
+        let seqs: Vec<(&str, u64)> =
+            lines.iter().map(|v| (v["runId"].as_str().unwrap(), v["seq"].as_u64().unwrap())).collect();
+        assert_eq!(seqs, [("run-1", 1), ("run-2", 1), ("run-1", 2), ("run-2", 2)]);
+        assert_eq!(lines[2]["prev"], lines[0]["link"]);
+        let keys = VerifyKeys::none().with_hmac(FleetKey::parse(&text).unwrap()).unwrap();
+        let report = verify_json_lines(&bytes, &keys, &LogExpectations::default()).unwrap();
+        assert!(report.passed(), "{:?}", report.findings);
+        assert_eq!((report.receipts, report.ok, report.chained, report.signed, report.runs.len()), (4, 4, 4, 4, 2));
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn file_sink_ends_a_torn_last_line_before_appending() {
+        let path = temp_file("torn");
+        let (mut sink, _) = JsonlFileSink::open(&path, Arc::new(Signer::unsigned())).unwrap();
+        sink.emit(&released("run-1", "a"));
+        drop(sink);
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(b"{\"schemaVersion\":\"heart-fl").unwrap();
+        drop(file);
+        let bytes = std::fs::read(&path).unwrap();
+        let report = verify_json_lines(&bytes, &VerifyKeys::none(), &LogExpectations::default()).unwrap();
+        assert_eq!((report.receipts, report.ok, report.malformed), (2, 1, 1));
+        assert_eq!(report.findings[0].position, Some(2));
+
+        let (mut sink, _) = JsonlFileSink::open(&path, Arc::new(Signer::unsigned())).unwrap();
+        sink.emit(&released("run-1", "b"));
         let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(text.lines().count(), 2);
-        let s = verify_lines(&mut text.as_bytes(), &mut Vec::new()).unwrap();
-        assert!(s.all_ok() && s.receipts == 2);
-        std::fs::remove_dir_all(&dir).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[1], "{\"schemaVersion\":\"heart-fl");
+        let third: serde_json::Value = serde_json::from_str(lines[2]).unwrap();
+        assert_eq!(third["seq"], 2, "the chain goes on after the last whole receipt");
+        // The torn line is now a line in the middle: the file is no JSON Lines log any more,
+        // and the error names the line.
+        let e = verify_json_lines(text.as_bytes(), &VerifyKeys::none(), &LogExpectations::default()).unwrap_err();
+        assert!(e.message.starts_with("line 2: not JSON"), "{}", e.message);
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
 }

@@ -138,6 +138,16 @@ fn reference_receipts() -> Vec<String> {
     lines
 }
 
+/// The runs the receipts among `lines` belong to.
+fn runs_of<S: AsRef<str>>(lines: &[S]) -> usize {
+    let runs: std::collections::BTreeSet<String> = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l.as_ref()).ok())
+        .filter_map(|v| v["runId"].as_str().map(str::to_owned))
+        .collect();
+    runs.len()
+}
+
 #[test]
 fn verify_receipts_accepts_the_reference_receipts() {
     let lines = reference_receipts();
@@ -145,7 +155,15 @@ fn verify_receipts_accepts_the_reference_receipts() {
     std::fs::write(&path, lines.join("\n") + "\n\n").unwrap();
     let out = run(&["verify-receipts", path.to_str().unwrap()], "");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
-    assert_eq!(text(&out.stdout), format!("{n} receipts, {n} ok, 0 tampered, 0 malformed\n", n = lines.len()));
+    // Receipts of the TypeScript package carry no chain: they verify by digest, counted unchained.
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "{n} receipts, {n} ok, 0 tampered, 0 malformed; {r} runs, 0 chained, {n} unchained, 0 signed, 0 chain findings\n",
+            n = lines.len(),
+            r = runs_of(&lines)
+        )
+    );
     assert!(out.stderr.is_empty());
     std::fs::remove_file(&path).unwrap();
 }
@@ -167,7 +185,15 @@ fn verify_receipts_names_a_tampered_line_and_exits_1() {
     assert!(report[0].starts_with("line 5: receipt-tampered: digest sha256:dreamnet-sorted-json:v0:"), "{}", report[0]);
     let n = lines.len();
     assert!(report[1].starts_with(&format!("line {n}: invalid-input: ")), "{}", report[1]);
-    assert_eq!(report[2], format!("{n} receipts, {} ok, 1 tampered, 1 malformed", n - 2));
+    let intact: Vec<&String> = lines.iter().enumerate().filter(|(i, _)| *i != 4).map(|(_, l)| l).collect();
+    assert_eq!(
+        report[2],
+        format!(
+            "{n} receipts, {ok} ok, 1 tampered, 1 malformed; {r} runs, 0 chained, {ok} unchained, 0 signed, 0 chain findings",
+            ok = n - 2,
+            r = runs_of(&intact)
+        )
+    );
     std::fs::remove_file(&path).unwrap();
 }
 
@@ -329,7 +355,14 @@ fn simulate_receipts_file_verifies_clean_and_appends() {
     assert!(n1 > 0);
     let out = run(&["verify-receipts", p], "");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
-    assert_eq!(text(&out.stdout), format!("{n1} receipts, {n1} ok, 0 tampered, 0 malformed\n"));
+    let file: Vec<String> = std::fs::read_to_string(&path).unwrap().lines().map(str::to_owned).collect();
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "{n1} receipts, {n1} ok, 0 tampered, 0 malformed; {} runs, {n1} chained, 0 unchained, 0 signed, 0 chain findings\n",
+            runs_of(&file)
+        )
+    );
 
     // A second run appends; the quiet human report goes with it.
     let out = run(&["simulate", "--seed", "6", "--quiet", "--receipts", p], "");
@@ -338,8 +371,15 @@ fn simulate_receipts_file_verifies_clean_and_appends() {
     let total = std::fs::read_to_string(&path).unwrap().lines().count() as u64;
     assert!(total > n1);
     let out = run(&["verify-receipts", p], "");
-    assert_eq!(out.status.code(), Some(0));
-    assert_eq!(text(&out.stdout), format!("{total} receipts, {total} ok, 0 tampered, 0 malformed\n"));
+    assert_eq!(out.status.code(), Some(0), "the chains go on across the two commands: {}", text(&out.stdout));
+    let file: Vec<String> = std::fs::read_to_string(&path).unwrap().lines().map(str::to_owned).collect();
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "{total} receipts, {total} ok, 0 tampered, 0 malformed; {} runs, {total} chained, 0 unchained, 0 signed, 0 chain findings\n",
+            runs_of(&file)
+        )
+    );
     std::fs::remove_file(&path).unwrap();
 }
 

@@ -89,7 +89,8 @@ fn canary_through_the_component_matches_the_native_crate() {
     assert_eq!((c[0]["status"].as_str(), c[0]["fencing_epoch"].as_i64()), (Some("ready"), Some(2)), "{c:?}");
     // The component's receipts verify with the native verifier.
     let v = ok(&hf(&dir, &["--store", &component, "verify-receipts", "--table"]));
-    assert!(v.ends_with("4 receipts, 4 ok, 0 tampered, 0 malformed\n"), "{v}");
+    assert!(v.ends_with(" 4 chained, 0 unchained, 0 signed, 0 chain findings\n"), "{v}");
+    assert!(v.contains("4 receipts, 4 ok, 0 tampered, 0 malformed; "), "{v}");
 }
 
 /// Waits until the canary run of `url` is leased (its holder is inside the no-op).
@@ -200,7 +201,8 @@ fn reclaim_and_runs_list_through_the_component_match_the_native_crate() {
     .unwrap();
     assert_eq!((row["status"].as_str(), row["retries"].as_i64()), (Some("ready"), Some(0)));
     let v = ok(&hf(&dir, &["--store", &component, "verify-receipts", "--table"]));
-    assert!(v.ends_with("4 receipts, 4 ok, 0 tampered, 0 malformed\n"), "{v}");
+    assert!(v.ends_with(" 4 chained, 0 unchained, 0 signed, 0 chain findings\n"), "{v}");
+    assert!(v.contains("4 receipts, 4 ok, 0 tampered, 0 malformed; "), "{v}");
 }
 
 /// `heart-fleet ARGS…` in this process: exit status, stdout, stderr.

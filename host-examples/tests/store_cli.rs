@@ -58,7 +58,12 @@ fn canary_twice_reuses_the_row(dir: &Path, url: &str) {
         "heart:resource:feafc855c8ea80bff32ad3d81a37a199ae66bc65d256288bd91683ffd8438bed"
     );
     let v = ok(&hf(dir, &["--store", url, "verify-receipts", "--table"]));
-    assert!(v.ends_with("4 receipts, 4 ok, 0 tampered, 0 malformed\n"), "{v}");
+    assert!(
+        v.ends_with(
+            "4 receipts, 4 ok, 0 tampered, 0 malformed; 1 runs, 4 chained, 0 unchained, 0 signed, 0 chain findings\n"
+        ),
+        "{v}"
+    );
 }
 
 fn racing_canaries_give_one_lease_held(dir: &Path, url: &str) {
@@ -144,7 +149,10 @@ fn operator_actions(dir: &Path, url: &str) {
     assert_eq!(lines[0]["owner"], "alice");
     assert_eq!(lines[1]["owner"], "stuck-worker");
     let v = ok(&hf(dir, &["verify-receipts", rf]));
-    assert_eq!(v, "2 receipts, 2 ok, 0 tampered, 0 malformed\n");
+    assert_eq!(
+        v,
+        "2 receipts, 2 ok, 0 tampered, 0 malformed; 2 runs, 2 chained, 0 unchained, 0 signed, 0 chain findings\n"
+    );
     let created: Value = serde_json::from_str(&ok(&hf(dir, &["--store", url, "runs", "create", "job:42"]))).unwrap();
     assert_eq!((created["created"].as_bool(), created["run"]["status"].as_str()), (Some(true), Some("ready")));
     let again: Value = serde_json::from_str(&ok(&hf(dir, &["--store", url, "runs", "create", "job:42"]))).unwrap();
@@ -240,13 +248,65 @@ fn metrics_are_prometheus_text_from_the_store() {
     assert!(help.contains("per process"), "{help}");
 }
 
+/// A new HMAC fleet key in `dir` (`keygen`); its path.
+fn fleet_key(dir: &Path) -> String {
+    ok(&hf(dir, &["keygen", "--kind", "hmac", "--out", "fleet.key"]));
+    dir.join("fleet.key").to_str().unwrap().to_owned()
+}
+
+/// After processes that each wrote receipts to one table, some killed mid-run: every receipt
+/// sits at its own position of its run's chain (no fork, no gap: a process that found its
+/// position taken chained again), each signed with the fleet key.
+fn table_is_chained_and_signed(dir: &Path, url: &str, key: &str) {
+    let out = hf(dir, &["--store", url, "verify-receipts", "--table", "--key", key, "--json"]);
+    let r: Value = serde_json::from_str(&ok(&out)).unwrap();
+    let n = r["receipts"].as_u64().unwrap();
+    assert!(n > 20, "{r}");
+    assert_eq!((r["ok"].as_u64(), r["chained"].as_u64(), r["signed"].as_u64()), (Some(n), Some(n), Some(n)), "{r}");
+    assert_eq!(r["findings"], Value::Array(vec![]));
+    // One row deleted: the gap is named by the row after it.
+    let mut store = heart_fleet_stores::open(url).unwrap();
+    let rows = store.read_receipts(0, 100_000).unwrap();
+    let run = rows[0].receipt["runId"].as_str().unwrap().to_owned();
+    let of_run: Vec<i64> = rows.iter().filter(|row| row.receipt["runId"] == run.as_str()).map(|row| row.id).collect();
+    assert!(of_run.len() >= 3, "{of_run:?}");
+    let delete = heart_fleet_core::sql::Statement {
+        sql: format!("DELETE FROM heart_receipts WHERE id = {}", of_run[1]),
+        params: vec![],
+    };
+    store.query(&delete).unwrap();
+    let out = hf(dir, &["--store", url, "verify-receipts", "--table", "--run", &run]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = text(&out.stdout);
+    assert!(v.starts_with(&format!("row {}: chain-gap: ", of_run[2])), "{v}");
+    assert!(v.ends_with(&format!("{} receipts, {0} ok, 0 tampered, 0 malformed; 1 runs, {0} chained, 0 unchained, 0 signed, 1 chain findings\n", of_run.len() - 1)), "{v}");
+}
+
 #[test]
 fn simulate_processes_with_kills_on_sqlite() {
     let dir = temp_dir("heart-store-cli");
     let url = sqlite_store(&dir, "fleet.db");
-    let out = hf(&dir, &["--store", &url, "simulate", "--processes", "3", "--ttl", "2", "--seed", "5", "--json"]);
+    let key = fleet_key(&dir);
+    let out = hf(
+        &dir,
+        &[
+            "--store",
+            &url,
+            "simulate",
+            "--processes",
+            "3",
+            "--ttl",
+            "2",
+            "--seed",
+            "5",
+            "--json",
+            "--signing-key",
+            &key,
+        ],
+    );
     let r = check_safe_report(&out);
     assert_eq!(r["mode"], "processes");
+    table_is_chained_and_signed(&dir, &url, &key);
     // The shared store holds the simulation's rows afterwards.
     let runs = json_lines(&ok(&hf(&dir, &["--store", &url, "runs", "list", "--status", "completed", "--json"])));
     assert_eq!(runs.len(), 8);
@@ -295,12 +355,35 @@ fn bad_stores_are_one_line_errors() {
 fn bad_input_is_named() {
     let dir = temp_dir("heart-store-cli");
     let url = sqlite_store(&dir, "fleet.db");
-    // A malformed receipts file: verify names the lines and exits 1.
+    // Receipts that are JSON but not receipts: verify names the lines and exits 1.
     let bad = dir.join("bad.jsonl");
-    std::fs::write(&bad, b"{\"schemaVersion\":\"zao.heart.receipt.v1\"\n\xff\xfe\n[]\n").unwrap();
+    std::fs::write(&bad, b"{\"schemaVersion\":\"zao.heart.receipt.v1\"}\n[]\n").unwrap();
     let out = hf(&dir, &["verify-receipts", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stdout).ends_with("3 receipts, 0 ok, 0 tampered, 3 malformed\n"), "{}", text(&out.stdout));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("line 1: invalid-input: ") && stdout.contains("\nline 2: invalid-input: "), "{stdout}");
+    assert!(
+        stdout.ends_with(
+            "2 receipts, 0 ok, 0 tampered, 2 malformed; 0 runs, 0 chained, 0 unchained, 0 signed, 0 chain findings\n"
+        ),
+        "{stdout}"
+    );
+    // A file that is not JSON Lines (a line that is not JSON, or not UTF-8): one line naming it, exit 2.
+    for (body, line) in [
+        (&b"{\"schemaVersion\":\"zao.heart.receipt.v1\"\n[]\n"[..], "line 1: not JSON"),
+        (&b"[]\n\xff\xfe\n"[..], "line 2: not UTF-8"),
+    ] {
+        std::fs::write(&bad, body).unwrap();
+        let out = hf(&dir, &["verify-receipts", bad.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(out.stdout.is_empty());
+        let e = text(&out.stderr);
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(
+            e.starts_with(&format!("heart-fleet: verify-receipts {}: invalid-input: {line}", bad.display())),
+            "{e}"
+        );
+    }
     // An unwritable receipts file.
     let e = fails(&hf(&dir, &["--store", &url, "canary", "--receipts", dir.to_str().unwrap()]), 2);
     assert!(e.starts_with("heart-fleet: cannot open "), "{e}");
@@ -394,9 +477,27 @@ fn reclaim_and_runs(route: Route) {
 fn simulate_processes_with_kills(route: Route) {
     let dir = temp_dir("heart-store-cli");
     let Some(s) = pg_migrated(route, &dir) else { return };
-    let out = hf(&dir, &["--store", &s.url, "simulate", "--processes", "3", "--ttl", "2", "--seed", "7", "--json"]);
+    let key = fleet_key(&dir);
+    let out = hf(
+        &dir,
+        &[
+            "--store",
+            &s.url,
+            "simulate",
+            "--processes",
+            "3",
+            "--ttl",
+            "2",
+            "--seed",
+            "7",
+            "--json",
+            "--signing-key",
+            &key,
+        ],
+    );
     let r = check_safe_report(&out);
     assert!(r["store"].as_str().unwrap().starts_with("postgres://"), "{r}");
+    table_is_chained_and_signed(&dir, &s.url, &key);
 }
 
 /// Killed database connections under a running multi-process simulation: each failed request

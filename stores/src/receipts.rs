@@ -1,18 +1,24 @@
-//! The `heart_receipts` table: a sink that appends every receipt a fleet emits
-//! ([`ReceiptTableSink`], one INSERT rendered by [`heart_fleet_core::sql::receipt_insert`]),
+//! The `heart_receipts` table: a sink that appends every receipt a fleet emits, chained per
+//! run ([`ReceiptTableSink`], one INSERT rendered by [`heart_fleet_core::sql::receipt_insert`]),
 //! and reading and verifying what is there ([`AnyStore::verify_receipts`]).
 //!
 //! A receipt is written after the store write it describes, by the process that made it; a
 //! process killed between the two leaves the write without its receipt (never a receipt
 //! without its write). Sink failures cannot fail a lease operation (the core's rule): each
 //! lost receipt is kept in [`TableSinkHealth`] for the host to report.
+//!
+//! Every receipt goes at the next position of its run's chain ([`heart_fleet_core::chain`]):
+//! the sink keeps the head of each run it wrote to, and when another process appended in
+//! between (the insert finds the position taken, migration 0003's unique index), it reads the
+//! new head from the table and chains again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use heart_fleet_core::chain::{self, LogEntry, LogExpectations, LogReport, Signer, VerifyKeys};
 use heart_fleet_core::receipt::ReceiptSink;
 use heart_fleet_core::sql::{self, SqlValue, Statement};
-use heart_fleet_core::{ErrorCode, HeartReceipt, StoreError, verify_receipt};
+use heart_fleet_core::{HeartError, HeartReceipt, StoreError};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -61,30 +67,65 @@ impl TableSinkHealth {
 }
 
 /// Appends receipts to `heart_receipts` through a clone of a store (sharing its connection;
-/// the fleet emits receipts between store requests, never during one).
+/// the fleet emits receipts between store requests, never during one), each chained after the
+/// head of its run and signed with the sink's [`Signer`].
 ///
 /// A failed insert loses that receipt only: the sink goes on with the next one (a store that
 /// failed once, a lost connection, usually answers the next request, and an audit trail that
 /// stopped at the first hiccup would lose everything after it). The insert is not retried,
-/// since its outcome is unknown when the connection died under it, and a retry could write
-/// the receipt twice. Every loss is kept in [`TableSinkHealth`] for the host to report.
+/// since its outcome is unknown when the connection died under it; the head of that run is
+/// read from the table again before its next receipt. Every loss is kept in
+/// [`TableSinkHealth`] for the host to report.
 #[derive(Debug)]
 pub struct ReceiptTableSink {
     store: AnyStore,
     health: TableSinkHealth,
+    signer: Arc<Signer>,
+    /// The head `(seq, link)` of each run this sink appended to.
+    heads: HashMap<String, (u64, String)>,
 }
 
+/// How often the sink re-reads a head and chains again when other writers keep taking the
+/// position it chained for, before it gives the receipt up as lost.
+const CHAIN_ATTEMPTS: usize = 8;
+
 impl ReceiptTableSink {
-    /// A sink writing through `store`'s connection, and its health handle.
+    /// A sink writing unsigned chains through `store`'s connection, and its health handle.
     pub fn new(store: &AnyStore) -> (ReceiptTableSink, TableSinkHealth) {
+        ReceiptTableSink::signed(store, Arc::new(Signer::unsigned()))
+    }
+
+    /// A sink signing every receipt's link with `signer`'s keys.
+    pub fn signed(store: &AnyStore, signer: Arc<Signer>) -> (ReceiptTableSink, TableSinkHealth) {
         let health = TableSinkHealth::default();
-        (ReceiptTableSink { store: store.clone(), health: health.clone() }, health)
+        let sink = ReceiptTableSink { store: store.clone(), health: health.clone(), signer, heads: HashMap::new() };
+        (sink, health)
+    }
+
+    fn append(&mut self, receipt: &HeartReceipt) -> Result<(), StoreError> {
+        for _ in 0..CHAIN_ATTEMPTS {
+            let head = match self.heads.remove(&receipt.run_id) {
+                Some(head) => Some(head),
+                None => self.store.receipt_chain_head(&receipt.run_id)?,
+            };
+            let link =
+                self.signer.link(receipt, head.as_ref().map_or(1, |h| h.0 + 1), head.as_ref().map(|h| h.1.as_str()));
+            if self.store.append_chained(receipt, &link)? {
+                self.heads.insert(receipt.run_id.clone(), (link.seq, link.link));
+                return Ok(());
+            }
+            // Another writer took the position: the head is re-read on the next attempt.
+        }
+        Err(StoreError(format!(
+            "run {}: another writer took the next position of its receipt chain {CHAIN_ATTEMPTS} times",
+            receipt.run_id
+        )))
     }
 }
 
 impl ReceiptSink for ReceiptTableSink {
     fn emit(&mut self, receipt: &HeartReceipt) {
-        let outcome = self.store.append_receipt(receipt);
+        let outcome = self.append(receipt);
         let mut state = self.health.state.lock().unwrap_or_else(PoisonError::into_inner);
         match outcome {
             Ok(()) => state.written += 1,
@@ -108,26 +149,6 @@ pub struct StoredReceipt {
     pub columns_differ: bool,
 }
 
-/// Counts of a verification of the receipts table.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct TableVerifySummary {
-    /// Rows.
-    pub receipts: u64,
-    /// Rows whose receipt verifies and whose columns match it.
-    pub ok: u64,
-    /// Rows whose digest does not match, or whose columns disagree with the receipt.
-    pub tampered: u64,
-    /// Rows whose receipt is not a receipt at all.
-    pub malformed: u64,
-}
-
-impl TableVerifySummary {
-    /// Whether every row verified.
-    pub fn all_ok(&self) -> bool {
-        self.ok == self.receipts
-    }
-}
-
 const COLUMNS: [(&str, &str); 8] = [
     ("schema_version", "schemaVersion"),
     ("event", "event"),
@@ -140,11 +161,32 @@ const COLUMNS: [(&str, &str); 8] = [
 ];
 
 impl AnyStore {
-    /// Appends one receipt to `heart_receipts`.
+    /// Appends one receipt to `heart_receipts` as it is, without chain fields (as a TypeScript
+    /// node's receipt would be).
     pub fn append_receipt(&mut self, receipt: &HeartReceipt) -> Result<(), StoreError> {
         let value = serde_json::to_value(receipt).map_err(|e| StoreError(format!("receipt to JSON: {e}")))?;
         let stmt = sql::receipt_insert(self.dialect(), &value).map_err(|e| StoreError(e.to_string()))?;
         self.query(&stmt).map(|_| ())
+    }
+
+    /// Appends a receipt at its position in its run's chain: `false` (nothing written) when a
+    /// receipt of the run already holds that position.
+    pub fn append_chained(&mut self, receipt: &HeartReceipt, link: &chain::ChainLink) -> Result<bool, StoreError> {
+        let value = chain::chained_json(receipt, link);
+        let stmt = sql::receipt_insert(self.dialect(), &value).map_err(|e| StoreError(e.to_string()))?;
+        self.query(&stmt).map(|rows| !rows.is_empty())
+    }
+
+    /// The head `(seq, link)` of a run's receipt chain in the table, if it has one.
+    pub fn receipt_chain_head(&mut self, run_id: &str) -> Result<Option<(u64, String)>, StoreError> {
+        let rows = self.query(&sql::receipt_chain_head(self.dialect(), run_id))?;
+        let Some(row) = rows.first() else { return Ok(None) };
+        match (row.first().map(|c| &c.1), row.get(1).map(|c| &c.1)) {
+            (Some(SqlValue::Int(seq)), Some(SqlValue::Text(link))) if *seq >= 1 => {
+                Ok(Some((u64::try_from(*seq).unwrap_or(0), link.clone())))
+            }
+            other => Err(StoreError(format!("heart_receipts chain head of run {run_id}: unexpected row {other:?}"))),
+        }
     }
 
     /// Reads `heart_receipts` in insertion order, from row id `after` (exclusive) on, at most
@@ -188,40 +230,54 @@ impl AnyStore {
         Ok(out)
     }
 
-    /// Checks every row of `heart_receipts` with the core's `verify_receipt`, and that the
-    /// row's columns match its receipt. For each row that does not verify, `report` gets
-    /// `row ID: CODE: MESSAGE`.
-    pub fn verify_receipts(&mut self, report: &mut dyn FnMut(String)) -> Result<TableVerifySummary, StoreError> {
-        let mut summary = TableVerifySummary::default();
+    /// Checks every row of `heart_receipts`, in insertion order, with the core's
+    /// [`chain::verify_log`] (each receipt's digest, link and signatures, then each run's
+    /// chain), and that each row's columns match its receipt (a column that disagrees is a
+    /// `receipt-tampered` finding). Positions are row ids; with [`LogExpectations::run`], only
+    /// that run's rows are checked. `Err` with `invalid-input` for bad input (a receipt of an
+    /// unknown schema version), `store-unavailable` when the store fails.
+    pub fn verify_receipts(&mut self, keys: &VerifyKeys, expect: &LogExpectations) -> Result<LogReport, HeartError> {
+        let mut entries = Vec::new();
+        let mut columns_differ = Vec::new();
         let mut after = 0;
         loop {
-            let page = self.read_receipts(after, 1000)?;
+            let page = self.read_receipts(after, 1000).map_err(|e| HeartError::store("reading heart_receipts", &e))?;
             let Some(last) = page.last() else { break };
             after = last.id;
             for row in page {
-                summary.receipts += 1;
-                match verify_receipt(&row.receipt) {
-                    Ok(()) if !row.columns_differ => summary.ok += 1,
-                    Ok(()) => {
-                        summary.tampered += 1;
-                        report(format!(
-                            "row {}: {}: the row's columns disagree with its receipt",
-                            row.id,
-                            ErrorCode::ReceiptTampered
-                        ));
-                    }
-                    Err(e) => {
-                        if e.code == ErrorCode::ReceiptTampered {
-                            summary.tampered += 1;
-                        } else {
-                            summary.malformed += 1;
-                        }
-                        report(format!("row {}: {}: {}", row.id, e.code, e.message));
-                    }
+                // The log of one run (`expect.run`) is that run's rows.
+                if let Some(run) = expect.run.as_deref()
+                    && row.receipt.get("runId").and_then(Value::as_str) != Some(run)
+                {
+                    continue;
                 }
+                let position = u64::try_from(row.id).unwrap_or(0);
+                if row.columns_differ {
+                    columns_differ
+                        .push((position, row.receipt.get("runId").and_then(Value::as_str).map(str::to_owned)));
+                }
+                entries.push(LogEntry { position, value: row.receipt });
             }
         }
-        Ok(summary)
+        let mut report =
+            chain::verify_log(&entries, keys, expect).map_err(|e| HeartError::invalid(format!("row {}", e.message)))?;
+        for (position, run_id) in columns_differ {
+            // A row whose receipt verified is now counted tampered; one already found wrong
+            // keeps its count and gains the finding.
+            let already = report.findings.iter().any(|f| f.position == Some(position) && f.code.is_about_the_receipt());
+            if !already {
+                report.tampered += 1;
+                report.ok = report.ok.saturating_sub(1);
+            }
+            report.findings.push(chain::Finding {
+                position: Some(position),
+                run_id,
+                code: chain::FindingCode::Tampered,
+                message: "the row's columns disagree with its receipt".into(),
+            });
+        }
+        report.sort_findings();
+        Ok(report)
     }
 
     /// Receipts in `heart_receipts` by event.

@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use heart_fleet_core::chain::{LogExpectations, LogReport, VerifyKeys};
 use heart_fleet_core::store_suite::{StoreFixture, run_store_suite};
 use heart_fleet_core::{HeartEvent, HeartFleet, HeartReceipt, InstanceRow, IntentRow, RunRow, StoreError, Timestamp};
 use heart_fleet_stores::receipts::ReceiptTableSink;
@@ -126,30 +127,64 @@ fn two_connections_share_one_wal_file() {
     assert_eq!(lost.code, Some(heart_fleet_core::ErrorCode::LeaseHeld));
 }
 
-fn check_receipt_table(mut store: AnyStore) {
+fn verify_table(store: &mut AnyStore) -> LogReport {
+    store.verify_receipts(&VerifyKeys::none(), &LogExpectations::default()).unwrap()
+}
+
+fn codes(report: &LogReport) -> Vec<&'static str> {
+    report.findings.iter().map(|f| f.code.as_str()).collect()
+}
+
+/// The receipts table: each receipt chained after its run's head, the chain intact across two
+/// sinks on two connections that append to one run in turn (the second's head is stale every
+/// time, so each of its inserts finds the position taken and chains again), and every kind of
+/// tampering found.
+fn check_receipt_table(mut store: AnyStore, second: AnyStore) {
     let (sink, health) = ReceiptTableSink::new(&store);
     let mut heart = HeartFleet::new(store.clone()).with_sink(Box::new(sink));
+    let (other_sink, other_health) = ReceiptTableSink::new(&second);
+    let mut other = HeartFleet::new(second).with_sink(Box::new(other_sink));
     let (run, _) = heart.ensure_resource_run("mutex", "receipts", "receipts", "test").unwrap();
-    let fence = heart.acquire(&run.id, "A", 60).unwrap().fence.unwrap();
-    heart.release(&fence, heart_fleet_core::ops::ReleaseTo::Ready).unwrap();
-    assert_eq!(health.written(), 2);
-    assert!(health.error().is_none());
-    let mut lines = Vec::new();
-    let s = store.verify_receipts(&mut |l| lines.push(l)).unwrap();
-    assert_eq!((s.receipts, s.ok), (2, 2), "{lines:?}");
+    for _ in 0..2 {
+        let fence = heart.acquire(&run.id, "A", 60).unwrap().fence.unwrap();
+        heart.release(&fence, heart_fleet_core::ops::ReleaseTo::Ready).unwrap();
+        let fence = other.acquire(&run.id, "B", 60).unwrap().fence.unwrap();
+        other.release(&fence, heart_fleet_core::ops::ReleaseTo::Ready).unwrap();
+    }
+    assert_eq!((health.written(), other_health.written()), (4, 4));
+    assert!(health.error().is_none() && other_health.error().is_none());
+    let r = verify_table(&mut store);
+    assert!(r.passed(), "{:?}", r.findings);
+    assert_eq!((r.receipts, r.ok, r.chained, r.unchained), (8, 8, 8, 0));
+    assert_eq!(r.runs[&run.id].last_seq, Some(8));
     let counts = store.receipt_counts().unwrap();
-    assert_eq!(counts.get("acquired"), Some(&1));
-    assert_eq!(counts.get("released"), Some(&1));
+    assert_eq!(counts.get("acquired"), Some(&4));
+    assert_eq!(counts.get("released"), Some(&4));
+    // An old, unchained receipt (as a TypeScript node writes it) is counted, not failed.
+    let old = HeartReceipt::new(HeartEvent::Released, &run.id, "A", None, None, Timestamp(0));
+    store.append_receipt(&old).unwrap();
+    let r = verify_table(&mut store);
+    assert!(r.passed(), "{:?}", r.findings);
+    assert_eq!((r.receipts, r.ok, r.unchained), (9, 9, 1));
     // A forged receipt (digest of other fields) is caught, and so is a column edited behind
-    // the receipt's back.
+    // the receipt's back, a deleted row and a row inserted twice.
     let mut forged = HeartReceipt::new(HeartEvent::Released, &run.id, "A", None, None, Timestamp(0));
     forged.owner = "mallory".into();
     store.append_receipt(&forged).unwrap();
-    store.batch("UPDATE heart_receipts SET owner = 'eve' WHERE event = 'acquired'").unwrap();
-    let mut lines = Vec::new();
-    let s = store.verify_receipts(&mut |l| lines.push(l)).unwrap();
-    assert_eq!((s.receipts, s.ok, s.tampered, s.malformed), (3, 1, 2, 0), "{lines:?}");
-    assert!(lines.iter().all(|l| l.contains("receipt-tampered")), "{lines:?}");
+    store.batch("UPDATE heart_receipts SET owner = 'eve' WHERE event = 'acquired' AND id = (SELECT min(id) FROM heart_receipts)").unwrap();
+    let r = verify_table(&mut store);
+    assert_eq!((r.receipts, r.ok, r.tampered, r.malformed), (10, 8, 2, 0), "{:?}", r.findings);
+    assert_eq!(codes(&r), ["receipt-tampered", "receipt-tampered"]);
+    store.batch("DELETE FROM heart_receipts WHERE event = 'released' AND id = (SELECT min(id) FROM heart_receipts WHERE event = 'released')").unwrap();
+    let r = verify_table(&mut store);
+    assert_eq!(codes(&r), ["receipt-tampered", "chain-gap", "receipt-tampered"], "{:?}", r.findings);
+    store
+        .batch(
+            "INSERT INTO heart_receipts (schema_version, event, run_id, owner, lease_expires_at, effect_key, at, digest, receipt) \
+             SELECT schema_version, event, run_id, owner, lease_expires_at, effect_key, at, digest, receipt FROM heart_receipts \
+             WHERE id = (SELECT max(id) FROM heart_receipts WHERE event = 'acquired')",
+        )
+        .unwrap_err();
 }
 
 #[test]
@@ -157,7 +192,7 @@ fn receipts_go_to_the_table_and_verify_on_sqlite() {
     let url = format!("sqlite:{}", temp_db("receipts.db").display());
     let mut store = connect(&url).unwrap();
     migrate(&mut store).unwrap();
-    check_receipt_table(store);
+    check_receipt_table(store, connect(&url).unwrap());
 }
 
 /// A failed insert loses that receipt only: it is named in the health handle, and the next
@@ -263,7 +298,7 @@ fn postgres_open_migrate_suite_and_receipts() {
     let mut store = connect(&schema.url).unwrap();
     assert!(migrate(&mut store).unwrap().iter().all(|m| m.applied));
     assert!(migrate(&mut store).unwrap().iter().all(|m| !m.applied));
-    check_receipt_table(open(&schema.url).unwrap());
+    check_receipt_table(open(&schema.url).unwrap(), open(&schema.url).unwrap());
 
     let mut fixture = PgFixture { base, schemas: Vec::new() };
     let report = run_store_suite(&mut fixture);

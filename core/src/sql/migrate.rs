@@ -5,11 +5,13 @@ use super::*;
 pub(super) const PG_MIGRATIONS: &[(&str, &str)] = &[
     ("0001_reference_schema", include_str!("../../../migrations/postgres/0001_reference_schema.sql")),
     ("0002_heart_fleet", include_str!("../../../migrations/postgres/0002_heart_fleet.sql")),
+    ("0003_receipt_chain", include_str!("../../../migrations/postgres/0003_receipt_chain.sql")),
 ];
 
 pub(super) const SQLITE_MIGRATIONS: &[(&str, &str)] = &[
     ("0001_schema", include_str!("../../../migrations/sqlite/0001_schema.sql")),
     ("0002_store_clock", include_str!("../../../migrations/sqlite/0002_store_clock.sql")),
+    ("0003_receipt_chain", include_str!("../../../migrations/sqlite/0003_receipt_chain.sql")),
 ];
 
 /// The schema migrations of a dialect, in order: `(name, sql)`. Each is idempotent (safe to

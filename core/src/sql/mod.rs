@@ -223,7 +223,7 @@ use builder::*;
 pub use decode::{decode, statement_count};
 pub use migrate::{MIGRATIONS_TABLE, MigrationPlan, migration_plan, migrations};
 use postgres::*;
-pub use seed::{receipt_insert, seed_instance, seed_intent, seed_run};
+pub use seed::{receipt_chain_head, receipt_insert, seed_instance, seed_intent, seed_run};
 use sqlite::*;
 
 #[cfg(test)]

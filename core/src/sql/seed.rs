@@ -101,7 +101,9 @@ pub fn seed_intent(dialect: Dialect, i: &IntentRow) -> Statement {
 
 /// Renders the insert of one receipt into `heart_receipts` (the table sink). `receipt` is
 /// the receipt's JSON object (`schemaVersion`, `event`, `runId`, `owner`, `leaseExpiresAt`,
-/// `effectKey`, `at`, `digest`); it is stored as is in the `receipt` column too.
+/// `effectKey`, `at`, `digest`); it is stored as is in the `receipt` column too. A chained
+/// receipt (one with `seq`, see [`crate::chain`]) is inserted only at a free position of its
+/// run's chain: the statement returns its `id`, or no row when the position is taken.
 pub fn receipt_insert(dialect: Dialect, receipt: &Value) -> Result<Statement, HeartError> {
     let obj = receipt.as_object().ok_or_else(|| invalid("a receipt must be a JSON object"))?;
     let field = |name: &str, nullable: bool| -> Result<Option<String>, HeartError> {
@@ -130,9 +132,49 @@ pub fn receipt_insert(dialect: Dialect, receipt: &Value) -> Result<Statement, He
         });
     }
     values.push(b.json(receipt));
+    let columns = "schema_version, event, run_id, owner, lease_expires_at, effect_key, at, digest, receipt";
+    let Some(seq) = obj.get("seq") else {
+        return Ok(b.finish(format!("INSERT INTO heart_receipts ({columns}) VALUES ({})", values.join(", "))));
+    };
+    // A chained receipt takes its position only if no receipt of the run holds it yet; two
+    // inserts that race past this check meet at the unique index of migration 0003, where the
+    // second does nothing (instead of failing). No row comes back when the position is taken,
+    // and the sink chains again after the new head.
+    let seq = seq
+        .as_u64()
+        .and_then(|s| i64::try_from(s).ok())
+        .ok_or_else(|| invalid("receipt field seq must be an integer from 1"))?;
+    let run = field("runId", false)?.unwrap_or_default();
+    let run = b.text(&run);
+    let seq = b.int(seq);
     Ok(b.finish(format!(
-        "INSERT INTO heart_receipts (schema_version, event, run_id, owner, lease_expires_at, effect_key, at, digest, receipt) \
-         VALUES ({})",
-        values.join(", ")
+        "INSERT INTO heart_receipts ({columns}) SELECT {} WHERE NOT EXISTS \
+         (SELECT 1 FROM heart_receipts WHERE run_id = {run} AND {} = {seq}) ON CONFLICT DO NOTHING RETURNING id",
+        values.join(", "),
+        chain_seq(dialect)
     )))
+}
+
+/// The receipt's `seq`, as the chain index of migration 0003 spells it.
+fn chain_seq(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres => "((receipt->>'seq')::bigint)",
+        Dialect::Sqlite => "json_extract(receipt, '$.seq')",
+    }
+}
+
+/// The head of a run's receipt chain in `heart_receipts`: one row (`seq` integer, `link` text)
+/// or none when the run has no chained receipt yet.
+pub fn receipt_chain_head(dialect: Dialect, run_id: &str) -> Statement {
+    let mut b = Builder::new(dialect);
+    let run = b.text(run_id);
+    let seq = chain_seq(dialect);
+    let link = match dialect {
+        Dialect::Postgres => "receipt->>'link'",
+        Dialect::Sqlite => "json_extract(receipt, '$.link')",
+    };
+    b.finish(format!(
+        "SELECT {seq} AS seq, {link} AS link FROM heart_receipts WHERE run_id = {run} AND {seq} IS NOT NULL \
+         ORDER BY {seq} DESC LIMIT 1"
+    ))
 }

@@ -595,7 +595,10 @@ fn receipts_insert_their_fields() {
 #[test]
 fn migrations_are_listed_in_order() {
     let pg = migrations(Dialect::Postgres);
-    assert_eq!(pg.iter().map(|m| m.0).collect::<Vec<_>>(), ["0001_reference_schema", "0002_heart_fleet"]);
+    assert_eq!(
+        pg.iter().map(|m| m.0).collect::<Vec<_>>(),
+        ["0001_reference_schema", "0002_heart_fleet", "0003_receipt_chain"]
+    );
     assert!(pg[1].1.contains("heart_fencing_epoch_monotonic"));
     let lite = migrations(Dialect::Sqlite);
     assert!(lite[0].1.contains("CREATE TRIGGER IF NOT EXISTS heart_fencing_epoch_monotonic"));
