@@ -58,6 +58,7 @@ module.exports = {
   deterministicResourceId: canonical.deterministicResourceId,
   effectKey: canonical.effectKey,
   verifyReceipt: canonical.verifyReceipt,
+  verifyReceipts: canonical.verifyReceipts,
   DIGEST_PREFIX: canonical.DIGEST_PREFIX,
   RECEIPT_SCHEMA_VERSION,
   heartbeatIntervalMs,

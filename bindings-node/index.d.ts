@@ -742,3 +742,64 @@ export declare function deterministicResourceId(kind: string, key: string): stri
 export declare function effectKey(prefix: string, identity: unknown): string;
 /** `true`, or throws `receipt-tampered` / `invalid-input`. */
 export declare function verifyReceipt(receipt: HeartReceipt | Record<string, unknown>): true;
+/** What `verifyReceipts` is told besides the log. */
+export interface VerifyReceiptsOptions {
+  /** The fleet's HMAC key (a key file's text): every chained receipt must carry a valid `hmac`. */
+  key?: string;
+  /** An Ed25519 public key (a `.pub` key file's text): every chained receipt must carry a valid `sig`. */
+  publicKey?: string;
+  /** The log is this run's: a receipt of another run is `invalid-input`. */
+  run?: string;
+  /** The `seq` of each run's last receipt, known from elsewhere: a shorter log is `chain-truncated`. */
+  finalSeq?: Record<string, number>;
+  /** Receipts without chain fields fail (`receipt-unchained`) instead of being counted. */
+  requireChain?: boolean;
+}
+/** The stable codes of what a receipt log verification finds. */
+export type FindingCode =
+  | 'receipt-tampered'
+  | 'invalid-input'
+  | 'chain-gap'
+  | 'chain-reorder'
+  | 'chain-duplicate'
+  | 'chain-fork'
+  | 'chain-broken'
+  | 'chain-truncated'
+  | 'signature-missing'
+  | 'signature-invalid'
+  | 'receipt-unchained';
+/** One thing found wrong: at a line of the log, or about a whole run (`position` null). */
+export interface Finding {
+  position: number | null;
+  runId: string | null;
+  code: FindingCode;
+  message: string;
+}
+/** One run's chain, as the log holds it. */
+export interface RunChain {
+  receipts: number;
+  chained: number;
+  unchained: number;
+  lastSeq: number | null;
+}
+/** The result of `verifyReceipts` (and of `heart-fleet verify-receipts --json`). */
+export interface LogReport {
+  receipts: number;
+  ok: number;
+  tampered: number;
+  malformed: number;
+  chained: number;
+  unchained: number;
+  signed: number;
+  runs: Record<string, RunChain>;
+  /** Empty when the log verified. */
+  findings: Finding[];
+}
+/**
+ * Checks a receipt log (JSON Lines text or bytes, or an array of receipts): digests, chains, signatures.
+ * Not in heart-fleet-wasm (Deno, edge): there it throws `invalid-state`.
+ */
+export declare function verifyReceipts(
+  log: string | Uint8Array | ReadonlyArray<HeartReceipt | Record<string, unknown>>,
+  options?: VerifyReceiptsOptions,
+): LogReport;

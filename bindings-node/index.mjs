@@ -26,6 +26,7 @@ export const digest = cjs.digest;
 export const deterministicResourceId = cjs.deterministicResourceId;
 export const effectKey = cjs.effectKey;
 export const verifyReceipt = cjs.verifyReceipt;
+export const verifyReceipts = cjs.verifyReceipts;
 export const DIGEST_PREFIX = cjs.DIGEST_PREFIX;
 export const RECEIPT_SCHEMA_VERSION = cjs.RECEIPT_SCHEMA_VERSION;
 export const heartbeatIntervalMs = cjs.heartbeatIntervalMs;

@@ -177,6 +177,40 @@ function verifyReceipt(receipt) {
   return true;
 }
 
+/**
+ * Checks a receipt log: every receipt's digest, each run's chain (gaps, reorders, duplicates,
+ * forks, broken links, truncation given `finalSeq`) and, with `key` / `publicKey` (the text of
+ * a key file), who signed it. `log` is JSON Lines (a string or bytes) or an array of receipts
+ * (element i is line i + 1). Returns the report `heart-fleet verify-receipts --json` prints;
+ * throws `invalid-input` for a log that is not JSON Lines, a receipt of an unknown schema
+ * version or of another run than `run`, or bad options. The core does all of it.
+ */
+const utf8 = new TextEncoder();
+
+function verifyReceipts(log, options = {}) {
+  let bytes;
+  if (typeof log === 'string') bytes = utf8.encode(log);
+  else if (log instanceof Uint8Array) bytes = log;
+  else if (Array.isArray(log)) {
+    const lines = log.map((r, i) => {
+      const line = r === undefined ? undefined : JSON.stringify(r);
+      if (line === undefined) throw typeError(`verifyReceipts: log[${i}] is not JSON`);
+      return line + '\n';
+    });
+    bytes = utf8.encode(lines.join(''));
+  } else {
+    throw typeError('verifyReceipts: the log is JSON Lines text, bytes or an array of receipts');
+  }
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw typeError('verifyReceipts: options is an object');
+  }
+  try {
+    return JSON.parse(native.verifyReceiptsJson(bytes, JSON.stringify(options)));
+  } catch (e) {
+    rethrowNative(e);
+  }
+}
+
 /** JSON text of a value for the core (payloads, evidence), with the canonical rules. */
 function toCoreJson(value, what) {
   if (value === undefined) return 'null';
@@ -240,6 +274,7 @@ module.exports = {
   deterministicResourceId,
   effectKey,
   verifyReceipt,
+  verifyReceipts,
   toCoreJson,
   isThenable,
 };

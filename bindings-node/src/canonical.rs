@@ -7,7 +7,7 @@
 use heart_fleet_core::bridge;
 use heart_fleet_core::canonical::JsText;
 use heart_fleet_core::canonical::host::{HostError, HostKind, HostValue, canonicalize_host};
-use napi::bindgen_prelude::{JsObjectValue, KeyCollectionMode, KeyConversion, KeyFilter, Object};
+use napi::bindgen_prelude::{JsObjectValue, KeyCollectionMode, KeyConversion, KeyFilter, Object, Uint8Array};
 use napi::{Env, JsString, JsValue, Unknown, ValueType};
 use napi_derive::napi;
 
@@ -54,6 +54,15 @@ pub fn effect_key_json(prefix: String, identity: String) -> napi::Result<String,
 #[napi]
 pub fn verify_receipt_json(receipt: String) -> napi::Result<(), Code> {
     bridge::verify_receipt_json(&receipt).map_err(from_heart)
+}
+
+/// Checks a receipt log (JSON Lines bytes) with the options' JSON text
+/// (`{key?, publicKey?, run?, finalSeq?, requireChain?}`): the report's JSON text, as
+/// `heart-fleet verify-receipts --json` prints it. `invalid-input` for a log that is not JSON
+/// Lines, a receipt of an unknown schema version or of another run, or bad options.
+#[napi]
+pub fn verify_receipts_json(log: Uint8Array, options: String) -> napi::Result<String, Code> {
+    heart_fleet_core::chain::verify_receipts_json(&log, &options).map_err(from_heart)
 }
 
 /// Every stable error code of the core's registry.

@@ -449,6 +449,13 @@ fn verify_receipt_json(receipt: &str) -> PyResult<()> {
     bridge::verify_receipt_json(receipt).map_err(py_err)
 }
 
+/// Checks a receipt log (JSON Lines bytes) with the options' JSON text: the report's JSON
+/// text (`heart_fleet_core::chain::verify_receipts_json`).
+#[pyfunction]
+fn verify_receipts_json(log: &[u8], options: &str) -> PyResult<String> {
+    heart_fleet_core::chain::verify_receipts_json(log, options).map_err(py_err)
+}
+
 /// Every stable error code of the core's registry.
 #[pyfunction]
 fn error_codes() -> Vec<String> {
@@ -481,6 +488,7 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(deterministic_resource_id, m)?)?;
     m.add_function(wrap_pyfunction!(effect_key_json, m)?)?;
     m.add_function(wrap_pyfunction!(verify_receipt_json, m)?)?;
+    m.add_function(wrap_pyfunction!(verify_receipts_json, m)?)?;
     m.add_function(wrap_pyfunction!(error_codes, m)?)?;
     Ok(())
 }

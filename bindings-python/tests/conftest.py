@@ -194,3 +194,14 @@ def nested(n: int) -> list[Any]:
         x.append(y)
         x = y
     return top
+
+
+def cli() -> str:
+    """The heart-fleet CLI of ``$HEART_FLEET_CLI`` (the CI script builds it): under CI a missing
+    one fails the test, elsewhere it skips it."""
+    path = os.environ.get("HEART_FLEET_CLI", "")
+    if not path or not Path(path).is_file():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but HEART_FLEET_CLI ({path!r}) is not the heart-fleet binary")
+        pytest.skip("HEART_FLEET_CLI is not set")
+    return path

@@ -309,6 +309,12 @@ async def replay(text: str, mode: str) -> dict[str, Any]:
             return await try_json(lambda: hf.effect_key(a.get("prefix", ""), a.get("identity"))), None
         if op == "verifyReceipt":
             return await try_json(lambda: hf.verify_receipt(a.get("receipt"))), None
+        if op == "verifyReceipts":
+            # The scenario's options in Python's keyword names (an unknown one stays as it is,
+            # and is refused like a misspelt keyword).
+            names = {"publicKey": "public_key", "finalSeq": "final_seq", "requireChain": "require_chain"}
+            kwargs = {names.get(k, k): v for k, v in (a.get("options") or {}).items()}
+            return to_d(await try_json(lambda: hf.verify_receipts(a.get("log"), **kwargs))), None
         if op == "expectFired":
             for k, n in a.items():
                 got = fired.get(k, 0)

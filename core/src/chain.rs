@@ -119,10 +119,10 @@ pub fn chained_json(receipt: &HeartReceipt, link: &ChainLink) -> Value {
 pub enum FleetKey {
     /// A shared secret for HMAC-SHA-256 (signs and verifies).
     Hmac(Vec<u8>),
-    /// An Ed25519 signing key (signs; its public key verifies).
-    Ed25519Secret(ed25519_dalek::SigningKey),
-    /// An Ed25519 public key (verifies only).
-    Ed25519Public(ed25519_dalek::VerifyingKey),
+    /// An Ed25519 signing key's 32-byte seed (signs; its public key verifies).
+    Ed25519Secret([u8; 32]),
+    /// An Ed25519 public key's 32 bytes (verifies only).
+    Ed25519Public([u8; 32]),
 }
 
 impl fmt::Debug for FleetKey {
@@ -155,12 +155,13 @@ impl FleetKey {
                 bytes.len()
             ))),
             HMAC_KEY_KIND => Ok(FleetKey::Hmac(bytes)),
-            ED25519_SECRET_KIND => {
-                Ok(FleetKey::Ed25519Secret(ed25519_dalek::SigningKey::from_bytes(&key32("Ed25519 secret key")?)))
+            ED25519_SECRET_KIND => Ok(FleetKey::Ed25519Secret(key32("Ed25519 secret key")?)),
+            ED25519_PUBLIC_KIND => {
+                let key = key32("Ed25519 public key")?;
+                ed25519_dalek::VerifyingKey::from_bytes(&key)
+                    .map_err(|_| HeartError::invalid("not a valid Ed25519 public key"))?;
+                Ok(FleetKey::Ed25519Public(key))
             }
-            ED25519_PUBLIC_KIND => ed25519_dalek::VerifyingKey::from_bytes(&key32("Ed25519 public key")?)
-                .map(FleetKey::Ed25519Public)
-                .map_err(|_| HeartError::invalid("not a valid Ed25519 public key")),
             other => Err(HeartError::invalid(format!("unknown key kind {other:?}"))),
         }
     }
@@ -181,13 +182,15 @@ impl FleetKey {
 
     /// A new Ed25519 signing key from a 32-byte random seed the host drew.
     pub fn ed25519_from_seed(seed: [u8; 32]) -> FleetKey {
-        FleetKey::Ed25519Secret(ed25519_dalek::SigningKey::from_bytes(&seed))
+        FleetKey::Ed25519Secret(seed)
     }
 
     /// The public key of an Ed25519 signing key (the key verifiers hold).
     pub fn public_key(&self) -> Option<FleetKey> {
         match self {
-            FleetKey::Ed25519Secret(k) => Some(FleetKey::Ed25519Public(k.verifying_key())),
+            FleetKey::Ed25519Secret(seed) => {
+                Some(FleetKey::Ed25519Public(ed25519_dalek::SigningKey::from_bytes(seed).verifying_key().to_bytes()))
+            }
             FleetKey::Ed25519Public(k) => Some(FleetKey::Ed25519Public(*k)),
             FleetKey::Hmac(_) => None,
         }
@@ -199,8 +202,7 @@ impl FleetKey {
         out.push(':');
         match self {
             FleetKey::Hmac(bytes) => canonical::push_hex(&mut out, bytes),
-            FleetKey::Ed25519Secret(k) => canonical::push_hex(&mut out, &k.to_bytes()),
-            FleetKey::Ed25519Public(k) => canonical::push_hex(&mut out, k.as_bytes()),
+            FleetKey::Ed25519Secret(k) | FleetKey::Ed25519Public(k) => canonical::push_hex(&mut out, k),
         }
         out.push('\n');
         out
@@ -254,7 +256,7 @@ pub struct Signer {
 
 impl fmt::Debug for Signer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Signer").field("hmac", &self.hmac.is_some()).field("ed25519", &self.ed25519.is_some()).finish()
+        f.debug_struct("Signer").field("hmac", &self.hmac.is_some()).field("ed25519", &self.signs_ed25519()).finish()
     }
 }
 
@@ -272,11 +274,9 @@ impl Signer {
                 self.hmac = Some(bytes);
                 Ok(self)
             }
-            FleetKey::Ed25519Secret(_) if self.ed25519.is_some() => {
-                Err(HeartError::invalid("two Ed25519 signing keys"))
-            }
-            FleetKey::Ed25519Secret(k) => {
-                self.ed25519 = Some(k);
+            FleetKey::Ed25519Secret(_) if self.signs_ed25519() => Err(HeartError::invalid("two Ed25519 signing keys")),
+            FleetKey::Ed25519Secret(seed) => {
+                self.ed25519 = Some(ed25519_dalek::SigningKey::from_bytes(&seed));
                 Ok(self)
             }
             FleetKey::Ed25519Public(_) => {
@@ -287,7 +287,11 @@ impl Signer {
 
     /// Whether any key signs.
     pub fn signs(&self) -> bool {
-        self.hmac.is_some() || self.ed25519.is_some()
+        self.hmac.is_some() || self.signs_ed25519()
+    }
+
+    fn signs_ed25519(&self) -> bool {
+        self.ed25519.is_some()
     }
 
     /// The link of `receipt` at `seq` after `prev`, signed with this signer's keys.
@@ -353,7 +357,7 @@ impl fmt::Debug for VerifyKeys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("VerifyKeys")
             .field("hmac", &self.hmac.is_some())
-            .field("ed25519", &self.ed25519.is_some())
+            .field("ed25519", &self.checks_ed25519())
             .finish()
     }
 }
@@ -362,6 +366,11 @@ impl VerifyKeys {
     /// No key: integrity and completeness only.
     pub fn none() -> VerifyKeys {
         VerifyKeys::default()
+    }
+
+    /// Whether an Ed25519 public key is held.
+    fn checks_ed25519(&self) -> bool {
+        self.ed25519.is_some()
     }
 
     /// Adds the shared HMAC key (`--key`): every chained receipt must then carry a valid `hmac`.
@@ -378,13 +387,13 @@ impl VerifyKeys {
     /// Adds the Ed25519 public key (`--public-key`; a secret key gives its public half): every
     /// chained receipt must then carry a valid `sig`.
     pub fn with_public_key(mut self, key: FleetKey) -> Result<VerifyKeys, HeartError> {
-        match key.public_key() {
-            Some(FleetKey::Ed25519Public(k)) => {
-                self.ed25519 = Some(k);
-                Ok(self)
-            }
-            _ => Err(HeartError::invalid(format!("an Ed25519 public key is needed, this is an {}", key.kind()))),
-        }
+        let Some(FleetKey::Ed25519Public(bytes)) = key.public_key() else {
+            return Err(HeartError::invalid(format!("an Ed25519 public key is needed, this is an {}", key.kind())));
+        };
+        let k = ed25519_dalek::VerifyingKey::from_bytes(&bytes)
+            .map_err(|_| HeartError::invalid("not a valid Ed25519 public key"))?;
+        self.ed25519 = Some(k);
+        Ok(self)
     }
 }
 
@@ -398,6 +407,19 @@ pub struct LogExpectations {
     pub run: Option<String>,
     /// Unchained receipts fail the verification instead of being counted.
     pub require_chain: bool,
+}
+
+impl LogExpectations {
+    /// Expects `seq` as the final sequence of `run`; naming a run twice is bad input.
+    pub fn expect_final_seq(&mut self, run: &str, seq: u64) -> Result<(), HeartError> {
+        if seq == 0 {
+            return Err(HeartError::invalid(format!("the final seq of run {run:?}: a seq counts from 1")));
+        }
+        match self.final_seq.insert(run.to_owned(), seq) {
+            Some(_) => Err(HeartError::invalid(format!("the final seq of run {run:?} is given twice"))),
+            None => Ok(()),
+        }
+    }
 }
 
 /// What [`verify_log`] found wrong.
@@ -707,7 +729,7 @@ pub fn verify_log(entries: &[LogEntry], keys: &VerifyKeys, expect: &LogExpectati
             let failed: Vec<_> = verdicts.into_iter().filter_map(Result::err).collect();
             if failed.is_empty() {
                 report.ok += 1;
-                if keys.hmac.is_some() || keys.ed25519.is_some() {
+                if keys.hmac.is_some() || keys.checks_ed25519() {
                     report.signed += 1;
                 }
             }
@@ -783,6 +805,71 @@ pub fn verify_json_lines(text: &[u8], keys: &VerifyKeys, expect: &LogExpectation
         report.sort_findings();
     }
     Ok(report)
+}
+
+/// What a binding's `verifyReceipts(log, options)` is told besides the log, as the JSON object
+/// `{"key"?, "publicKey"?, "run"?, "finalSeq"?, "requireChain"?}`: the HMAC key's and the
+/// public key's text (as a key file holds it), the run the log must be of, each run's final
+/// `seq`, and whether unchained receipts fail. Unknown fields are refused.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VerifyOptions {
+    /// The fleet's HMAC key, as a key file holds it.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// An Ed25519 public key, as a key file holds it.
+    #[serde(default)]
+    pub public_key: Option<String>,
+    /// The run the log must be of.
+    #[serde(default)]
+    pub run: Option<String>,
+    /// The final `seq` of each run the caller knows.
+    #[serde(default)]
+    pub final_seq: BTreeMap<String, u64>,
+    /// Unchained receipts fail.
+    #[serde(default)]
+    pub require_chain: bool,
+}
+
+impl VerifyOptions {
+    /// Reads the options' JSON text (`""` or `null`: none). Errors name the field, never a key.
+    pub fn parse(json: &str) -> Result<VerifyOptions, HeartError> {
+        if json.trim().is_empty() || json.trim() == "null" {
+            return Ok(VerifyOptions::default());
+        }
+        // serde quotes a value only when its type is wrong; a key is a string wherever it is
+        // accepted, so no key text can end up in the message.
+        serde_json::from_str(json).map_err(|e| HeartError::invalid(format!("verifyReceipts options: {e}")))
+    }
+
+    /// The verifier's keys and expectations.
+    pub fn into_parts(self) -> Result<(VerifyKeys, LogExpectations), HeartError> {
+        let mut keys = VerifyKeys::none();
+        if let Some(text) = &self.key {
+            let key = FleetKey::parse(text).map_err(|e| HeartError::invalid(format!("key: {}", e.message)))?;
+            keys = keys.with_hmac(key).map_err(|e| HeartError::invalid(format!("key: {}", e.message)))?;
+        }
+        if let Some(text) = &self.public_key {
+            let key = FleetKey::parse(text).map_err(|e| HeartError::invalid(format!("publicKey: {}", e.message)))?;
+            keys = keys.with_public_key(key).map_err(|e| HeartError::invalid(format!("publicKey: {}", e.message)))?;
+        }
+        if self.run.as_deref() == Some("") {
+            return Err(HeartError::invalid("run: an empty run id"));
+        }
+        let mut expect = LogExpectations { run: self.run, require_chain: self.require_chain, ..Default::default() };
+        for (run, seq) in &self.final_seq {
+            expect.expect_final_seq(run, *seq).map_err(|e| HeartError::invalid(format!("finalSeq: {}", e.message)))?;
+        }
+        Ok((keys, expect))
+    }
+}
+
+/// The one entry of every binding's `verifyReceipts`: a JSON Lines log and the options' JSON
+/// text ([`VerifyOptions`]) in, the report's JSON text out (the CLI's `verify-receipts --json`).
+pub fn verify_receipts_json(log: &[u8], options: &str) -> Result<String, HeartError> {
+    let (keys, expect) = VerifyOptions::parse(options)?.into_parts()?;
+    let report = verify_json_lines(log, &keys, &expect)?;
+    serde_json::to_string(&report).map_err(|e| HeartError::invalid(format!("the report: {e}")))
 }
 
 fn ed25519_check(key: &ed25519_dalek::VerifyingKey, link: &str, sig: &str) -> bool {
@@ -1081,5 +1168,40 @@ mod tests {
         let future = lines[0].replace(SCHEMA_VERSION, "heart-fleet.receipt.v9");
         let e = verify_json_lines(future.as_bytes(), &VerifyKeys::none(), &LogExpectations::default()).unwrap_err();
         assert!(e.message.starts_with("line 1: a receipt of unknown schema version"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_bindings_entry_takes_key_text_and_refuses_bad_options() {
+        let seed = FleetKey::ed25519_from_seed([3; 32]);
+        let signer = Signer::unsigned().with_key(FleetKey::hmac_from_random([9; 32])).unwrap().with_key(seed).unwrap();
+        let log: String = chained(&signer, &receipts("run-1", 3)).iter().map(|v| format!("{v}\n")).collect();
+        let hmac = FleetKey::hmac_from_random([9; 32]).to_key_file_text();
+        let public = FleetKey::ed25519_from_seed([3; 32]).public_key().unwrap().to_key_file_text();
+        let options = serde_json::json!({"key": hmac, "publicKey": public, "finalSeq": {"run-1": 4}}).to_string();
+        let report: Value = serde_json::from_str(&verify_receipts_json(log.as_bytes(), &options).unwrap()).unwrap();
+        assert_eq!(
+            (report["signed"].as_u64(), report["findings"][0]["code"].as_str()),
+            (Some(3), Some("chain-truncated"))
+        );
+        let none: Value = serde_json::from_str(&verify_receipts_json(log.as_bytes(), "").unwrap()).unwrap();
+        assert_eq!((none["ok"].as_u64(), none["signed"].as_u64()), (Some(3), Some(0)));
+        for (bad, says) in [
+            (r#"{"keys": "x"}"#.to_owned(), "unknown field `keys`"),
+            (r#"{"key": 5}"#.to_owned(), "invalid type"),
+            (serde_json::json!({"key": public}).to_string(), "key: an HMAC key is needed"),
+            (serde_json::json!({"publicKey": hmac}).to_string(), "publicKey: an Ed25519 public key is needed"),
+            (
+                r#"{"finalSeq": {"run-1": 0}}"#.to_owned(),
+                "finalSeq: the final seq of run \"run-1\": a seq counts from 1",
+            ),
+            (r#"{"run": ""}"#.to_owned(), "run: an empty run id"),
+            ("[".to_owned(), "verifyReceipts options: "),
+        ] {
+            let e = verify_receipts_json(log.as_bytes(), &bad).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidInput);
+            assert!(e.message.contains(says), "{bad}: {}", e.message);
+            let secret = hmac.trim().split_once(':').unwrap().1;
+            assert!(!e.message.contains(secret));
+        }
     }
 }

@@ -95,6 +95,23 @@ pub trait Engine: FleetApi {
     fn verify_receipt(&mut self, receipt: &Value) -> Result<(), HeartError> {
         verify_receipt(receipt)
     }
+    /// `verifyReceipts(log, options)`: the report as JSON (the core's
+    /// [`crate::chain::verify_receipts_json`]; without the `chain` feature, `invalid-state`).
+    fn verify_receipts(&mut self, log: &[u8], options: &str) -> Result<Value, HeartError> {
+        #[cfg(feature = "chain")]
+        {
+            let text = crate::chain::verify_receipts_json(log, options)?;
+            serde_json::from_str(&text).map_err(|e| HeartError::invalid(format!("the report: {e}")))
+        }
+        #[cfg(not(feature = "chain"))]
+        {
+            let _ = (log, options);
+            Err(HeartError::new(
+                crate::error::ErrorCode::InvalidState,
+                "verifyReceipts is not in this build (the core's chain feature is off)",
+            ))
+        }
+    }
 
     /// Every run, in insertion order.
     fn runs(&mut self) -> Vec<RunRow> {
@@ -373,6 +390,18 @@ impl Runner {
                 Ok(()) => Value::Bool(true),
                 Err(e) => err_json(&e),
             },
+            "verifyReceipts" => {
+                // The log: JSON Lines text as it is, or receipts, one JSON line each.
+                let log = match arg(args, "log") {
+                    Value::String(text) => text.clone().into_bytes(),
+                    Value::Array(items) => items.iter().map(|v| format!("{v}\n")).collect::<String>().into_bytes(),
+                    other => return Err(format!("verifyReceipts: the log is text or an array, got {other}")),
+                };
+                match engine.verify_receipts(&log, &arg(args, "options").to_string()) {
+                    Ok(report) => report,
+                    Err(e) => err_json(&e),
+                }
+            }
             "expectFired" => {
                 let want = args.as_object().ok_or("expectFired takes an object")?;
                 for (k, n) in want {

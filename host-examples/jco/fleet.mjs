@@ -482,3 +482,11 @@ export function verifyReceipt(receipt) {
   canonical('verifyReceipt', jsonText('receipt', receipt));
   return true;
 }
+
+/** The component exports no receipt-log verifier (its size budget leaves the chain out). */
+export function verifyReceipts() {
+  throw coded(
+    'invalid-state',
+    'the component does not export verifyReceipts (the receipt chain would add about 58 KB to its size budget); verify logs with the CLI, Node or Python',
+  );
+}

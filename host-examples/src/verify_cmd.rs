@@ -26,8 +26,8 @@ pub fn run(global: &Global, args: &VerifyReceiptsArgs, out: &mut dyn Write, err:
     };
     let mut expect = LogExpectations { run: args.run.clone(), require_chain: args.require_chain, ..Default::default() };
     for (run, seq) in &args.final_seq {
-        if expect.final_seq.insert(run.clone(), *seq).is_some() {
-            return fail(err, Exit::Error, format!("verify-receipts: --final-seq names run {run} twice"));
+        if let Err(e) = expect.expect_final_seq(run, *seq) {
+            return fail(err, Exit::Error, format!("verify-receipts: --final-seq: {}", e.message));
         }
     }
     let (report, where_) = if args.table {

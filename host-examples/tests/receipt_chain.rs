@@ -282,7 +282,7 @@ fn bad_input_exits_2_naming_the_line_or_the_file_and_never_the_key() {
     );
     check(
         &["verify-receipts", r, "--final-seq", "a=1", "--final-seq", "a=2"],
-        "heart-fleet: verify-receipts: --final-seq names run a twice",
+        "heart-fleet: verify-receipts: --final-seq: the final seq of run \"a\" is given twice",
     );
     // A log of one run that holds another's receipt.
     check(

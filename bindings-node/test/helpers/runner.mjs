@@ -290,6 +290,8 @@ export async function replay(text, mode, external = null) {
         return [await tryJson(() => api.effectKey(a.prefix ?? '', a.identity === undefined ? null : a.identity))];
       case 'verifyReceipt':
         return [await tryJson(() => api.verifyReceipt(a.receipt))];
+      case 'verifyReceipts':
+        return [await tryJson(() => api.verifyReceipts(a.log, a.options ?? {}))];
       case 'expectFired':
         for (const [k, n] of Object.entries(a)) {
           const got = fired[k] ?? 0;
@@ -497,7 +499,7 @@ export const SKIPPED_SCENARIOS = Object.freeze({});
  * failure messages; `external` is the external store mode, or null; `modes`, when given, the
  * store modes to run instead of all (a host whose store calls cannot await runs 'memory').
  */
-export function conformanceSuite({ api: pkg, native: nativeModule, binding, external = null, modes: only = null }) {
+export function conformanceSuite({ api: pkg, native: nativeModule, binding, external = null, modes: only = null, absent = {} }) {
   use(pkg, nativeModule);
   const files = scenarios();
   const modes = only ?? ['memory', 'js-store', 'text-store', ...(external ? [external.name] : [])];
@@ -505,7 +507,8 @@ export function conformanceSuite({ api: pkg, native: nativeModule, binding, exte
     `conformance: ${files.length} scenarios × ${modes.length} store modes (${modes.join(', ')}); skip list: ` +
       (Object.keys(SKIPPED_SCENARIOS).length === 0 && Object.keys(SKIPPED_OPS).length === 0
         ? '(none)'
-        : JSON.stringify({ scenarios: SKIPPED_SCENARIOS, ops: SKIPPED_OPS })),
+        : JSON.stringify({ scenarios: SKIPPED_SCENARIOS, ops: SKIPPED_OPS })) +
+      (Object.keys(absent).length === 0 ? '' : `; not in ${binding}, each use refused with invalid-state: ${JSON.stringify(absent)}`),
   );
 
   test('the scenario folder is not empty', () => {
@@ -513,7 +516,22 @@ export function conformanceSuite({ api: pkg, native: nativeModule, binding, exte
   });
 
   for (const [file, text] of files) {
-    const name = JSON.parse(text).name;
+    const sc = JSON.parse(text);
+    const name = sc.name;
+    // An operation the binding does not have (`absent`): every step that uses it must be
+    // refused with invalid-state (and the scenario is not replayed).
+    const missing = sc.steps.filter((s) => Object.hasOwn(absent, s.op));
+    if (missing.length > 0) {
+      test(`${name}: ${missing[0].op} is not in ${binding}, and says so`, () => {
+        for (const step of missing) {
+          assert.throws(
+            () => pkg[step.op](...Object.values(step.args)),
+            (e) => e.code === 'invalid-state' && e.message.includes(absent[step.op]),
+          );
+        }
+      });
+      continue;
+    }
     for (const mode of modes) {
       const skip = SKIPPED_SCENARIOS[name];
       test(`${name} [${mode}]`, { skip: skip ? `skipped: ${skip}` : false }, async () => {

@@ -16,6 +16,9 @@ import {
   deterministicResourceId,
   effectKey,
   verifyReceipt,
+  verifyReceipts,
+  type LogReport,
+  type Finding,
   HeartFleetError,
   LeaseLostError,
   type AcquireResult,
@@ -138,4 +141,11 @@ export async function usage(): Promise<void> {
   };
   const pass: ReclaimerSummary = await new LivenessReclaimer({ store: liveness, heart: heart3 }).reclaimDeadInstanceRuns();
   console.log(pass.errors.map((e) => e.id), new LivenessReclaimer({ store: liveness, storeTimeoutMs: 1000 }).heart === null);
+}
+
+export function auditLog(jsonl: string, key: string): number {
+  const report: LogReport = verifyReceipts(jsonl, { key, finalSeq: { 'run-1': 3 }, requireChain: true });
+  const gaps: Finding[] = report.findings.filter((f) => f.code === 'chain-gap');
+  const fromArray = verifyReceipts([{ event: 'acquired' }], { run: 'run-1' });
+  return gaps.length + report.runs['run-1'].receipts + fromArray.signed + (report.findings[0]?.position ?? 0);
 }

@@ -21,6 +21,7 @@ from .canonical import (
     effect_key,
     sha256_hex,
     verify_receipt,
+    verify_receipts,
 )
 from .errors import (
     ERROR_CODES,
@@ -80,14 +81,17 @@ from .types import (
     ExecuteResult,
     FencedOutcome,
     FencingToken,
+    Finding,
     GuardResult,
     HeartReceipt,
     InstanceRow,
     IntentRow,
     LivenessResult,
+    LogReport,
     Metrics,
     ReclaimResult,
     ReconcileResult,
+    RunChain,
     RunError,
     RunRow,
     SendOnceResult,
@@ -118,6 +122,7 @@ __all__ = [
     "FenceRejectedError",
     "FencedOutcome",
     "FencingToken",
+    "Finding",
     "GuardResult",
     "HeartFleet",
     "HeartFleetError",
@@ -133,6 +138,7 @@ __all__ = [
     "LeaseScope",
     "LivenessReclaimer",
     "LivenessResult",
+    "LogReport",
     "MAX_TTL_SECONDS",
     "MemoryEffectLedger",
     "MemoryLeaseStore",
@@ -145,6 +151,7 @@ __all__ = [
     "ReceiptTamperedError",
     "ReclaimResult",
     "ReconcileResult",
+    "RunChain",
     "RunError",
     "RunNotFoundError",
     "RunRow",
@@ -175,6 +182,7 @@ __all__ = [
     "send_once_async",
     "sha256_hex",
     "verify_receipt",
+    "verify_receipts",
 ]
 
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import _check
 from . import _native
 from .errors import InvalidInputError, InvalidTypeError
-from .types import HeartReceipt
+from .types import HeartReceipt, LogReport
 
 __all__ = [
     "DIGEST_PREFIX",
@@ -33,6 +33,7 @@ __all__ = [
     "deterministic_resource_id",
     "effect_key",
     "verify_receipt",
+    "verify_receipts",
 ]
 
 #: The prefix of every canonical digest, and the receipts' schema version: the core's.
@@ -145,3 +146,44 @@ def verify_receipt(receipt: HeartReceipt | Mapping[str, Any]) -> bool:
         raise InvalidTypeError(f"verify_receipt: a receipt is a HeartReceipt or a mapping, got {_check.describe(receipt)}")
     _native.verify_receipt_json(json_text(data))
     return True
+
+
+def verify_receipts(
+    log: str | bytes | Sequence[HeartReceipt | Mapping[str, Any]],
+    *,
+    key: str | None = None,
+    public_key: str | None = None,
+    run: str | None = None,
+    final_seq: Mapping[str, int] | None = None,
+    require_chain: bool = False,
+) -> LogReport:
+    """Checks a receipt log: every receipt's digest, each run's chain (gaps, reorders,
+    duplicates, forks, broken links, truncation given ``final_seq``) and, with ``key`` (the
+    fleet's HMAC key) or ``public_key`` (an Ed25519 public key), each as a key file's text, who
+    signed it. ``log`` is JSON Lines (``str`` or ``bytes``) or a sequence of receipts (item
+    ``i`` is line ``i + 1``). The report is ``heart-fleet verify-receipts --json``'s. Raises
+    :class:`InvalidInputError` for a log that is not JSON Lines, a receipt of an unknown schema
+    version or of another run than ``run``, or bad options; the core does all of it."""
+    if isinstance(log, str):
+        data = log.encode("utf-8", "surrogatepass")
+    elif isinstance(log, (bytes, bytearray, memoryview)):
+        data = bytes(log)
+    elif isinstance(log, Sequence):
+        lines = []
+        for r in log:
+            item: Any = r.to_dict() if isinstance(r, HeartReceipt) else r
+            lines.append(json_text(item) + "\n")
+        data = "".join(lines).encode("utf-8", "surrogatepass")
+    else:
+        raise InvalidTypeError(f"verify_receipts: the log is JSON Lines (str or bytes) or a sequence of receipts, got {_check.describe(log)}")
+    options: dict[str, Any] = {"requireChain": _check.flag("require_chain", require_chain)}
+    for name, field, value in (("key", "key", key), ("public_key", "publicKey", public_key), ("run", "run", run)):
+        if value is not None:
+            if not isinstance(value, str):
+                _check.type_error(f"verify_receipts: {name} must be a str, got {_check.describe(value)}")
+            options[field] = value
+    if final_seq is not None:
+        if not isinstance(final_seq, Mapping):
+            _check.type_error(f"verify_receipts: final_seq must be a mapping of run ids to seqs, got {_check.describe(final_seq)}")
+        options["finalSeq"] = dict(final_seq)
+    return LogReport.from_report(json.loads(_native.verify_receipts_json(data, json_text(options))))

@@ -34,6 +34,9 @@ __all__ = [
     "SendOnceResult",
     "ExecuteResult",
     "EffectContext",
+    "Finding",
+    "RunChain",
+    "LogReport",
     "parse_iso",
 ]
 
@@ -312,6 +315,64 @@ class LivenessResult(Record):
     quarantined_ids: list[str]
     errors: list[RunError]
     _nested: ClassVar[dict[str, tuple[type[Record], bool]]] = {"errors": (RunError, True)}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding(Record):
+    """One thing ``verify_receipts`` found wrong: at a line of the log (``position``, from 1),
+    or about a whole run (``position`` is ``None``: a truncation). ``code`` is stable:
+    ``receipt-tampered``, ``invalid-input``, ``chain-gap``, ``chain-reorder``,
+    ``chain-duplicate``, ``chain-fork``, ``chain-broken``, ``chain-truncated``,
+    ``signature-missing``, ``signature-invalid``, ``receipt-unchained``."""
+
+    position: int | None
+    run_id: str | None
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunChain(Record):
+    """One run's chain, as the log holds it."""
+
+    receipts: int
+    chained: int
+    unchained: int
+    last_seq: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LogReport(Record):
+    """``verify_receipts``'s result (``heart-fleet verify-receipts --json``): counts, each run's
+    chain, and every finding in log order (empty when the log verified)."""
+
+    receipts: int
+    ok: int
+    tampered: int
+    malformed: int
+    chained: int
+    unchained: int
+    signed: int
+    runs: dict[str, RunChain]
+    findings: list[Finding]
+
+    @property
+    def passed(self) -> bool:
+        """Whether nothing was found."""
+        return not self.findings
+
+    @staticmethod
+    def from_report(data: Mapping[str, Any]) -> LogReport:
+        """Builds the report from the core's JSON object."""
+        counts = [data[k] for k in ("receipts", "ok", "tampered", "malformed", "chained", "unchained", "signed")]
+        runs = {run: RunChain.from_json(c) for run, c in data["runs"].items()}
+        return LogReport(*counts, runs=runs, findings=[Finding.from_json(f) for f in data["findings"]])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The core's JSON shape of the report."""
+        out = Record.to_dict(self)
+        out["runs"] = {run: c.to_dict() for run, c in self.runs.items()}
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -202,3 +202,10 @@ test(`PgLeaseStore in the ${build} build: renders SQL (pkg), or says it is not i
     assert.equal(queries.length, 0);
   }
 });
+
+test(`verifyReceipts in the ${build} build says it is not in heart-fleet-wasm`, () => {
+  assert.throws(
+    () => api.verifyReceipts('', {}),
+    (e) => e.code === 'invalid-state' && /not in heart-fleet-wasm/.test(e.message),
+  );
+});

@@ -355,6 +355,72 @@ sc("operator-requeue-and-force-release", "DESIGN beyond: operators can act", "Re
    {"receipts": [rec("requeued", "ops:alice", rid=R2), rec("acquired", "worker-A"), rec("force_released", "worker-A"), rec("fence_rejected", "worker-A", iso("00:01:00.000"))]},
    runs=[run(), run(R2, status="quarantined", retries=6)])
 
+# ---------------- the receipt chain (verifyReceipts) ----------------
+# Logs built here from first principles (the reference digest, the chain's link and HMAC), so
+# the scenarios pin the format rather than echo the implementation. Ed25519 signatures are not
+# made here (the standard library has no Ed25519); the bindings' tests check them against the CLI.
+import hashlib, hmac
+def canon(obj): return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def receipt(ev, owner, at, exp=None, rid=R, key=None):
+    body = {"event": ev, "runId": rid, "owner": owner, "leaseExpiresAt": exp, "effectKey": key}
+    return {"schemaVersion": "zao.heart.receipt.v1", **body, "at": at,
+            "digest": "sha256:dreamnet-sorted-json:v0:" + hashlib.sha256(canon(body).encode()).hexdigest()}
+assert receipt("acquired", "worker-A", T0, iso("00:01:00.000")) == G["receipt_digests"][0]["receipt"]
+KEY = bytes(range(32)); OTHER_KEY = bytes(range(32, 64))
+def key_text(k): return "heart-fleet-hmac-sha256-key:" + k.hex()
+def link(r, seq, prev):
+    return "sha256:heart-chain:v1:" + hashlib.sha256(canon({"at": r["at"], "digest": r["digest"], "prev": prev, "runId": r["runId"], "seq": seq}).encode()).hexdigest()
+def chained(receipts, key=None):
+    heads, out = {}, []
+    for r in receipts:
+        seq, prev = heads.get(r["runId"], (0, None)); seq += 1
+        c = dict(r, seq=seq, prev=prev, link=link(r, seq, prev))
+        if key: c["hmac"] = "hmac-sha256:" + hmac.new(key, c["link"].encode(), hashlib.sha256).hexdigest()
+        heads[r["runId"]] = (seq, c["link"]); out.append(c)
+    return out
+def at(s): return iso("00:00:%06.3f" % s)
+plain = [receipt("acquired", "worker-A", at(0), iso("00:01:00.000")), receipt("renewed", "worker-A", at(1), iso("00:01:01.000")),
+         receipt("acquired", "worker-B", at(2), iso("00:01:02.000"), rid=R2), receipt("fence_verified", "worker-A", at(3), iso("00:01:01.000")),
+         receipt("released", "worker-B", at(4), rid=R2), receipt("released", "worker-A", at(5))]
+LOG = chained(plain, KEY)
+def forged(c, owner):
+    """c with another owner, digest and link recomputed for its place: what a forger without the key can write."""
+    f = dict(receipt(c["event"], owner, c["at"], c["leaseExpiresAt"], rid=c["runId"]), seq=c["seq"], prev=c["prev"])
+    f["link"] = link(f, f["seq"], f["prev"]); return f
+def vr(expect, log, **options): return op("verifyReceipts", expect, log=log, options=options)
+def finding(pos, code, rid=R): return {"position": pos, "code": code, "runId": rid}
+RUNS = {R: {"receipts": 4, "chained": 4, "unchained": 0, "lastSeq": 4}, R2: {"receipts": 2, "chained": 2, "unchained": 0, "lastSeq": 2}}
+K = key_text(KEY)
+unchained = dict(plain[0])
+stripped = [dict(c) for c in LOG]; del stripped[2]["hmac"]
+lines = "".join(json.dumps(c) + "\n" for c in LOG)
+sc("receipt-chain-verify", "issue: receipts that prove completeness and origin", "A chained, HMAC-signed log of two runs verifies, with and without the key; every kind of tampering is named at its line (a gap, a reorder, a duplicate, a fork, a broken link, a cut-off tail given the final seq, an edited field, a missing or foreign signature); unchained receipts are counted, or fail when chains are required; what is not a log is invalid-input.",
+   [vr({"receipts": 6, "ok": 6, "tampered": 0, "malformed": 0, "chained": 6, "unchained": 0, "signed": 0, "runs": RUNS, "findings": []}, LOG),
+    vr({"ok": 6, "signed": 6, "findings": []}, LOG, key=K),
+    vr({"ok": 0, "signed": 0, "findings": [finding(i + 1, "signature-invalid", c["runId"]) for i, c in enumerate(LOG)]}, LOG, key=key_text(OTHER_KEY)),
+    vr({"receipts": 5, "ok": 5, "findings": [finding(3, "chain-gap")]}, LOG[:1] + LOG[2:]),
+    vr({"ok": 6, "findings": [finding(4, "chain-reorder")]}, [LOG[0], LOG[3], LOG[2], LOG[1], LOG[4], LOG[5]]),
+    vr({"receipts": 7, "ok": 7, "findings": [finding(7, "chain-duplicate")]}, LOG + [LOG[1]]),
+    vr({"receipts": 7, "ok": 7, "findings": [finding(7, "chain-fork")]}, LOG + [forged(LOG[1], "worker-B")]),
+    vr({"ok": 6, "findings": [finding(4, "chain-broken")]}, LOG[:1] + [forged(LOG[1], "mallory")] + LOG[2:]),
+    vr({"ok": 5, "findings": [finding(2, "signature-missing"), finding(4, "chain-broken")]}, LOG[:1] + [forged(LOG[1], "mallory")] + LOG[2:], key=K),
+    vr({"ok": 5, "findings": []}, LOG[:5]),
+    vr({"ok": 5, "findings": [{"position": None, "code": "chain-truncated", "runId": R}]}, LOG[:5], finalSeq={R: 4}),
+    vr({"ok": 5, "tampered": 1, "findings": [finding(2, "receipt-tampered"), finding(4, "chain-gap")]}, LOG[:1] + [dict(LOG[1], owner="mallory")] + LOG[2:]),
+    vr({"ok": 5, "signed": 5, "findings": [finding(3, "signature-missing", R2)]}, stripped, key=K),
+    vr({"receipts": 7, "ok": 7, "chained": 6, "unchained": 1, "findings": []}, LOG + [unchained]),
+    vr({"receipts": 7, "ok": 6, "unchained": 1, "findings": [finding(7, "receipt-unchained")]}, LOG + [unchained], requireChain=True),
+    vr({"receipts": 7, "ok": 6, "malformed": 1, "findings": [{"position": 7, "code": "invalid-input", "runId": None}]}, LOG + [{"not": "a receipt"}]),
+    vr({"receipts": 7, "ok": 6, "malformed": 1, "findings": [{"position": 7, "code": "invalid-input", "runId": None}]}, lines + '{"schemaVer'),
+    vr({"receipts": 2, "ok": 2, "runs": {R2: RUNS[R2]}, "findings": []}, [LOG[2], LOG[4]], run=R2),
+    vr({"error": "invalid-input"}, lines[:len(lines) // 2] + "\nnot json\n" + lines),
+    vr({"error": "invalid-input"}, LOG, run=R2),
+    vr({"error": "invalid-input"}, LOG[:1] + [dict(LOG[1], schemaVersion="zao.heart.receipt.v9")]),
+    vr({"error": "invalid-input"}, LOG, keys=K),
+    vr({"error": "invalid-input"}, LOG, key="heart-fleet-hmac-sha256-key:00"),
+    vr({"error": "invalid-input"}, LOG, finalSeq={R: 0})],
+   runs=[])
+
 os.makedirs(OUT, exist_ok=True)
 for f in os.listdir(OUT):
     if f.endswith('.json'): os.remove(os.path.join(OUT, f))
