@@ -17,7 +17,7 @@
 import { createRequire } from 'node:module';
 import { ERROR_CODES, HeartFleet as CoreFleet, MemoryLeaseStore } from '../../bindings-node/index.mjs';
 import { iso, kebab, leaseStore, snake } from './lease-store.mjs';
-import { open } from './host.mjs';
+import { open, openVerifier } from './host.mjs';
 
 export { ERROR_CODES, MemoryLeaseStore };
 
@@ -483,10 +483,54 @@ export function verifyReceipt(receipt) {
   return true;
 }
 
-/** The component exports no receipt-log verifier (its size budget leaves the chain out). */
-export function verifyReceipts() {
-  throw coded(
-    'invalid-state',
-    'the component does not export verifyReceipts (the receipt chain would add about 58 KB to its size budget); verify logs with the CLI, Node or Python',
-  );
+let verifier = null;
+const utf8 = new TextEncoder();
+const VERIFY_OPTIONS = ['key', 'publicKey', 'run', 'finalSeq', 'requireChain'];
+const optional = (v) => (v === undefined || v === null ? undefined : v);
+
+/**
+ * `verifyReceipts(log, options)` through the receipt-log verifier component (its own
+ * component: the lease component does not carry the chain). The log and options are typed
+ * here; the verifying is the component's.
+ */
+export function verifyReceipts(log, options = {}) {
+  let bytes;
+  if (typeof log === 'string') bytes = utf8.encode(log);
+  else if (log instanceof Uint8Array) bytes = log;
+  else if (Array.isArray(log)) bytes = utf8.encode(log.map((r, i) => `${jsonText(`log[${i}]`, r)}\n`).join(''));
+  else throw invalid('verifyReceipts: the log is JSON Lines text, bytes or an array of receipts');
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) throw invalid('verifyReceipts: options is an object');
+  const unknown = Object.keys(options).filter((k) => !VERIFY_OPTIONS.includes(k));
+  if (unknown.length > 0) throw invalid(`verifyReceipts options: unknown field \`${unknown[0]}\``);
+  const finalSeq = options.finalSeq ?? {};
+  const typed = {
+    key: optional(options.key) === undefined ? undefined : str('key', options.key),
+    publicKey: optional(options.publicKey) === undefined ? undefined : str('publicKey', options.publicKey),
+    run: optional(options.run) === undefined ? undefined : str('run', options.run),
+    finalSeqs: Object.entries(finalSeq).map(([runId, seq]) => {
+      if (!Number.isSafeInteger(seq) || seq < 0) throw invalid(`finalSeq: ${runId}: a seq is an integer, got ${JSON.stringify(seq)}`);
+      return { runId, seq: BigInt(seq) };
+    }),
+    requireChain: options.requireChain === undefined ? false : options.requireChain === true,
+  };
+  verifier ??= openVerifier();
+  let r;
+  try {
+    r = verifier.verifyReceipts(bytes, typed);
+  } catch (e) {
+    if (e && typeof e.tag === 'string' && typeof e.val === 'string') throw heartError(e);
+    throw e;
+  }
+  const n = (v) => (v === undefined ? null : Number(v));
+  return {
+    receipts: n(r.receipts),
+    ok: n(r.ok),
+    tampered: n(r.tampered),
+    malformed: n(r.malformed),
+    chained: n(r.chained),
+    unchained: n(r.unchained),
+    signed: n(r.signed),
+    runs: Object.fromEntries(r.runs.map((c) => [c.runId, { receipts: n(c.receipts), chained: n(c.chained), unchained: n(c.unchained), lastSeq: n(c.lastSeq) }])),
+    findings: r.findings.map((f) => ({ position: n(f.position), runId: f.runId ?? null, code: f.code, message: f.message })),
+  };
 }

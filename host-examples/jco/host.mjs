@@ -2,6 +2,7 @@
 // transpile.mjs) with the imports of lease-store.mjs and returns its exports.
 import { readFileSync } from 'node:fs';
 import { instantiate } from './build/heart_fleet.js';
+import { instantiate as instantiateVerifier } from './build/heart_fleet_receipts.js';
 import { effects } from './lease-store.mjs';
 
 const build = new URL('./build/', import.meta.url);
@@ -19,4 +20,9 @@ export function open(store, hooks = new Map()) {
     'heart:fleet/effects': effects(hooks),
     'heart:fleet/types': {},
   });
+}
+
+/** The receipt-log verifier component's `receipts` export (it imports only types). */
+export function openVerifier() {
+  return instantiateVerifier(coreModule, { 'heart:fleet/types': {} }).receipts;
 }

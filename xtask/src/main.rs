@@ -6,13 +6,15 @@
 //! cargo run -p xtask -- imports PATH             check the imports of a built component
 //! ```
 //!
-//! `component` builds `heart-fleet-component` for `wasm32-unknown-unknown` with the
+//! `component` builds the two guests, `heart-fleet-component` (the lease layer,
+//! `target/component/heart_fleet.wasm`) and `heart-fleet-receipts-component` (the receipt-log
+//! verifier, `heart_fleet_receipts.wasm` beside it), each for `wasm32-unknown-unknown` with the
 //! `component` profile, wraps the core module into a component with the `wit-component` crate's
 //! `ComponentEncoder` (the same job as `wasm-tools component new`; wit-bindgen embedded the
 //! `component-type` section, so no WIT argument is needed) after dropping the module's
 //! `name` section (function names; `--keep-names` keeps them for readable trap backtraces),
 //! validates it with `wasmparser`,
-//! writes it to `target/component/heart_fleet.wasm` (relative to the workspace root), prints
+//! writes it to `target/component/` (relative to the workspace root), prints
 //! its size, its imports and its exports, and exits non-zero if the component imports
 //! anything that is not `heart:fleet/*` (the CI gate: no WASI, no clock, no randomness) or is
 //! larger than its ceiling.
@@ -25,13 +27,36 @@ use wit_parser::{Resolve, WorldId, WorldItem, WorldKey};
 
 /// The package every import must come from.
 const ALLOWED_IMPORT_PREFIX: &str = "heart:fleet/";
-/// The guest crate.
-const GUEST_PACKAGE: &str = "heart-fleet-component";
-/// The most bytes the component may have: a regression guard a few per cent above its size
-/// (BENCHMARKS.md, "The component, typed"), so growth is a decision, not an accident.
-const COMPONENT_CEILING: usize = 530_000;
-/// The guest's core module file name.
-const GUEST_ARTIFACT: &str = "heart_fleet_component.wasm";
+/// A guest crate xtask builds into a component.
+struct Guest {
+    /// The crate.
+    package: &'static str,
+    /// Its core module's file name.
+    artifact: &'static str,
+    /// The component's file name in `target/component/`.
+    file: &'static str,
+    /// The most bytes the component may have: a regression guard a few per cent above its
+    /// size (BENCHMARKS.md), so growth is a decision, not an accident.
+    ceiling: usize,
+}
+
+/// The lease component (world `heart-fleet`; BENCHMARKS.md, "The component, typed").
+const LEASE: Guest = Guest {
+    package: "heart-fleet-component",
+    artifact: "heart_fleet_component.wasm",
+    file: "heart_fleet.wasm",
+    ceiling: 530_000,
+};
+
+/// The receipt-log verifier (world `receipt-verifier`; BENCHMARKS.md, "The receipt chain in
+/// wasm").
+const RECEIPTS_CEILING: usize = 240_000;
+const RECEIPTS: Guest = Guest {
+    package: "heart-fleet-receipts-component",
+    artifact: "heart_fleet_receipts_component.wasm",
+    file: "heart_fleet_receipts.wasm",
+    ceiling: RECEIPTS_CEILING,
+};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -83,7 +108,7 @@ fn target_dir(root: &Path) -> Result<PathBuf, String> {
 
 fn component(args: &[String]) -> Result<(), String> {
     let root = workspace_root();
-    let mut out_path = root.join("target/component/heart_fleet.wasm");
+    let mut out_path = root.join("target/component").join(LEASE.file);
     let mut keep_names = false;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -93,16 +118,25 @@ fn component(args: &[String]) -> Result<(), String> {
             _ => return Err("usage: cargo run -p xtask -- component [--out PATH] [--keep-names]".into()),
         }
     }
+    // The verifier goes next to the lease component.
+    let receipts_path = out_path.with_file_name(RECEIPTS.file);
+    build(&root, &LEASE, &out_path, keep_names)?;
+    build(&root, &RECEIPTS, &receipts_path, keep_names)
+}
+
+/// Builds one guest, wraps it, validates it, writes it to `out_path`, and checks its size and
+/// imports.
+fn build(root: &Path, guest: &Guest, out_path: &Path, keep_names: bool) -> Result<(), String> {
     let started = std::time::Instant::now();
     let status = cargo()
-        .current_dir(&root)
-        .args(["build", "-p", GUEST_PACKAGE, "--target", "wasm32-unknown-unknown", "--profile", "component"])
+        .current_dir(root)
+        .args(["build", "-p", guest.package, "--target", "wasm32-unknown-unknown", "--profile", "component"])
         .status()
         .map_err(|e| format!("cannot run cargo build: {e}"))?;
     if !status.success() {
-        return Err(format!("building {GUEST_PACKAGE} for wasm32-unknown-unknown failed ({status})"));
+        return Err(format!("building {} for wasm32-unknown-unknown failed ({status})", guest.package));
     }
-    let module_path = target_dir(&root)?.join("wasm32-unknown-unknown/component").join(GUEST_ARTIFACT);
+    let module_path = target_dir(root)?.join("wasm32-unknown-unknown/component").join(guest.artifact);
     let module = std::fs::read(&module_path).map_err(|e| format!("cannot read {}: {e}", module_path.display()))?;
     let module = if keep_names { module } else { strip_names(&module)? };
     let bytes = ComponentEncoder::default()
@@ -116,7 +150,7 @@ fn component(args: &[String]) -> Result<(), String> {
     if let Some(dir) = out_path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    std::fs::write(&out_path, &bytes).map_err(|e| format!("cannot write {}: {e}", out_path.display()))?;
+    std::fs::write(out_path, &bytes).map_err(|e| format!("cannot write {}: {e}", out_path.display()))?;
     println!("core module: {} ({} bytes)", module_path.display(), module.len());
     println!(
         "component:   {} ({} bytes, {:.1} KiB) in {:.1} s",
@@ -125,10 +159,12 @@ fn component(args: &[String]) -> Result<(), String> {
         bytes.len() as f64 / 1024.0,
         started.elapsed().as_secs_f64()
     );
-    if bytes.len() > COMPONENT_CEILING {
+    if bytes.len() > guest.ceiling {
         return Err(format!(
-            "the component is {} bytes, over its ceiling of {COMPONENT_CEILING} (xtask/src/main.rs)",
-            bytes.len()
+            "{} is {} bytes, over its ceiling of {} (xtask/src/main.rs)",
+            out_path.display(),
+            bytes.len(),
+            guest.ceiling
         ));
     }
     report(&bytes)

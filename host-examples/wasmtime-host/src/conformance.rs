@@ -4,10 +4,13 @@
 
 use heart_fleet_core::conformance::{Engine, ScenarioWork, Setup, WorkFn};
 use heart_fleet_core::fleet::{ExecuteOutcome, LeaseOptions};
-use heart_fleet_core::{ErrorCode, HeartError, MemoryStore};
+use std::sync::OnceLock;
+
+use heart_fleet_core::chain::VerifyOptions;
+use heart_fleet_core::{HeartError, MemoryStore};
 use serde_json::Value;
 
-use crate::{ComponentFleet, ComponentLeaseContext, FleetComponent};
+use crate::{ComponentFleet, ComponentLeaseContext, FleetComponent, ReceiptVerifier};
 
 /// Builds the component engine of a scenario (for `conformance::replay`).
 pub fn engine(component: &FleetComponent, setup: Setup) -> Result<ComponentFleet<MemoryStore>, String> {
@@ -42,16 +45,20 @@ impl Engine for ComponentFleet<MemoryStore> {
     fn verify_receipt(&mut self, receipt: &Value) -> Result<(), HeartError> {
         ComponentFleet::verify_receipt(self, receipt)
     }
-    fn verify_receipts(&mut self, _log: &[u8], _options: &str) -> Result<Value, HeartError> {
-        // Not the native verifier behind the component's back: the component has none.
-        Err(HeartError::new(ErrorCode::InvalidState, VERIFY_RECEIPTS_ABSENT))
+    /// Through the receipt-log verifier component (the lease component does not carry it); the
+    /// scenario's JSON options become its typed options here.
+    fn verify_receipts(&mut self, log: &[u8], options: &str) -> Result<Value, HeartError> {
+        let options = VerifyOptions::parse(options)?;
+        let report = verifier()?.verify_receipts(log, &options)?;
+        serde_json::to_value(report).map_err(|e| HeartError::invalid(format!("the report: {e}")))
     }
 }
 
-/// Why the component has no `verifyReceipts`: the receipt chain's verifier adds about 58 KB
-/// (98 KB with Ed25519) to a component whose size is budgeted.
-pub const VERIFY_RECEIPTS_ABSENT: &str = "the component does not export verifyReceipts (the receipt chain would add about 58 KB to its \
-     size budget); verify logs with the CLI, Node or Python";
+/// The verifier component, compiled once per process.
+fn verifier() -> Result<&'static ReceiptVerifier, HeartError> {
+    static VERIFIER: OnceLock<Result<ReceiptVerifier, HeartError>> = OnceLock::new();
+    VERIFIER.get_or_init(ReceiptVerifier::locate).as_ref().map_err(Clone::clone)
+}
 
 impl ScenarioWork for ComponentLeaseContext<'_, MemoryStore> {
     fn advance(&mut self, ms: i64) {

@@ -19,6 +19,8 @@
 //!   message, the instance is discarded, and the next call instantiates a fresh one (its
 //!   counters continue from the last completed operation; receipts of completed operations
 //!   are already on the host side). Nothing here panics.
+//! * [`ReceiptVerifier`] loads the receipt-log verifier, a component of its own
+//!   (`target/component/heart_fleet_receipts.wasm`), and checks logs with it.
 //!
 //! ```no_run
 //! use heart_fleet_core::{MemoryStore, RunRow, Timestamp, ops::ReleaseTo};
@@ -42,6 +44,7 @@
 mod api;
 mod convert;
 mod hooks;
+mod receipts;
 mod store;
 
 pub mod conformance;
@@ -64,6 +67,7 @@ use wasmtime::component::{Component, HasSelf, Linker, ResourceAny};
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 
 use crate::hooks::{CallHooks, HookSlot, NoHooks, with_hooks};
+pub use crate::receipts::{RECEIPTS_COMPONENT_ENV, ReceiptVerifier};
 
 /// The bindings wasmtime generates from `wit/` (world `heart-fleet`, sync).
 #[allow(missing_docs, clippy::all)]

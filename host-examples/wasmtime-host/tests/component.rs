@@ -49,22 +49,12 @@ fn every_scenario_replays_through_the_component_identically_to_the_native_crate(
     let paths = scenario_paths();
     assert!(paths.len() >= 40, "expected the full scenario set, found {}", paths.len());
     let (mut failures, mut steps, mut executes) = (Vec::new(), 0, 0);
-    let mut refused = Vec::new();
     for p in &paths {
         let file = p.file_name().unwrap().to_string_lossy().into_owned();
         let text = std::fs::read_to_string(p).unwrap();
         let want = conformance::replay(&text, native).unwrap_or_else(|e| panic!("{file}: native: {e}"));
         let got = conformance::replay(&text, |s| heart_fleet_wasmtime_host::conformance::engine(component, s))
             .unwrap_or_else(|e| panic!("{file}: component: {e}"));
-        // verifyReceipts is not exported by the component: its first such step must be refused
-        // with invalid-state, and the scenario is counted as refused (printed below).
-        if let Some(step) = got.steps.iter().find(|s| s.op == "verifyReceipts") {
-            assert_eq!(step.result["error"], "invalid-state", "{file}: {}", step.result);
-            assert_eq!(step.result["message"], heart_fleet_wasmtime_host::conformance::VERIFY_RECEIPTS_ABSENT);
-            assert!(want.failure.is_none(), "{file}: the native crate fails the scenario: {:?}", want.failure);
-            refused.push(file);
-            continue;
-        }
         if let Some(f) = &got.failure {
             failures.push(format!("{file}: the component fails the scenario: {f}"));
         }
@@ -100,13 +90,10 @@ fn every_scenario_replays_through_the_component_identically_to_the_native_crate(
     }
     println!(
         "replayed {} scenarios ({steps} steps, {executes} executeWithLease) through the component: {} failed, \
-         every result identical to the native crate; {} refused with invalid-state because they verify receipt \
-         logs, which the component does not export: {refused:?}",
-        paths.len() - refused.len(),
-        failures.len(),
-        refused.len()
+         every result identical to the native crate",
+        paths.len(),
+        failures.len()
     );
-    assert_eq!(refused, ["receipt-chain-verify.json"], "only the receipt-log scenarios may be refused");
     assert!(failures.is_empty(), "{} problem(s):\n{}", failures.len(), failures.join("\n\n"));
 }
 
@@ -275,4 +262,73 @@ fn a_trap_message_is_flattened_to_one_line() {
          wasm trap: all fuel consumed by WebAssembly"
     );
     assert_eq!(heart_fleet_wasmtime_host::one_line("no newline"), "no newline");
+}
+
+/// The receipt-log verifier component gives the native verifier's report, signatures (HMAC and
+/// Ed25519) included, for intact, tampered and bad logs and options.
+#[test]
+fn the_receipt_verifier_component_reports_what_the_native_verifier_does() {
+    use heart_fleet_core::chain::{ChainHeads, FleetKey, Signer, VerifyOptions, chained_json, verify_receipts_json};
+    use heart_fleet_core::{HeartEvent, HeartReceipt, Timestamp};
+    use heart_fleet_wasmtime_host::ReceiptVerifier;
+
+    let verifier =
+        ReceiptVerifier::locate().unwrap_or_else(|e| panic!("{e}\n(build it first: cargo run -p xtask -- component)"));
+    let signer = Signer::unsigned()
+        .with_key(FleetKey::hmac_from_random([5; 32]))
+        .unwrap()
+        .with_key(FleetKey::ed25519_from_seed([6; 32]))
+        .unwrap();
+    let mut heads = ChainHeads::new();
+    let lines: Vec<String> = (0..8)
+        .map(|i| {
+            let run = if i % 3 == 0 { "run-b" } else { "run-a" };
+            let r = HeartReceipt::new(
+                HeartEvent::Renewed,
+                run,
+                "worker-A",
+                Some(Timestamp(60_000 + i)),
+                None,
+                Timestamp(i),
+            );
+            chained_json(&r, &heads.append(&signer, &r)).to_string()
+        })
+        .collect();
+    let log = |ls: &[String]| ls.iter().map(|l| format!("{l}\n")).collect::<String>();
+    let hmac = FleetKey::hmac_from_random([5; 32]).to_key_file_text();
+    let public = FleetKey::ed25519_from_seed([6; 32]).public_key().unwrap().to_key_file_text();
+    let other = FleetKey::ed25519_from_seed([7; 32]).public_key().unwrap().to_key_file_text();
+    let mut dropped = lines.clone();
+    dropped.remove(2);
+    let mut doubled = lines.clone();
+    doubled.push(lines[1].clone());
+    let edited = {
+        let mut ls = lines.clone();
+        ls[4] = ls[4].replace("worker-A", "mallory");
+        ls
+    };
+    let options = |json: serde_json::Value| json.to_string();
+    let cases = [
+        (log(&lines), options(serde_json::json!({}))),
+        (log(&lines), options(serde_json::json!({"key": hmac, "publicKey": public}))),
+        (log(&lines), options(serde_json::json!({"publicKey": other}))),
+        (log(&dropped), options(serde_json::json!({"finalSeq": {"run-a": 6}}))),
+        (log(&doubled), options(serde_json::json!({"requireChain": true}))),
+        (log(&edited) + "{\"torn", options(serde_json::json!({"key": hmac}))),
+        (log(&lines), options(serde_json::json!({"run": "run-b"}))),
+        ("[]\nnot json\n".to_owned(), options(serde_json::json!({}))),
+        (log(&lines), options(serde_json::json!({"key": public}))),
+        (log(&lines), options(serde_json::json!({"finalSeq": {"run-a": 0}}))),
+    ];
+    let mut found = 0;
+    for (text, opts) in &cases {
+        let native =
+            verify_receipts_json(text.as_bytes(), opts).map(|t| serde_json::from_str::<serde_json::Value>(&t).unwrap());
+        let component = VerifyOptions::parse(opts)
+            .and_then(|o| verifier.verify_receipts(text.as_bytes(), &o))
+            .map(|r| serde_json::to_value(r).unwrap());
+        assert_eq!(component, native, "{opts}");
+        found += native.as_ref().map_or(0, |r| r["findings"].as_array().unwrap().len());
+    }
+    assert!(found > 10, "the cases find things: {found}");
 }
