@@ -113,20 +113,8 @@ impl FleetComponent {
     /// Compiles a component from its bytes, after checking that it only imports
     /// `heart:fleet/*`.
     pub fn from_bytes(bytes: &[u8]) -> Result<FleetComponent, HeartError> {
-        let mut config = Config::new();
-        config.consume_fuel(true);
-        let engine = Engine::new(&config).map_err(|e| protocol(format!("cannot start wasmtime: {e:#}")))?;
-        let component =
-            Component::new(&engine, bytes).map_err(|e| protocol(format!("cannot compile the component: {e:#}")))?;
-        let fc = FleetComponent { engine, component };
-        let foreign: Vec<String> = fc.imports().into_iter().filter(|n| !n.starts_with(ALLOWED_IMPORT_PREFIX)).collect();
-        if !foreign.is_empty() {
-            return Err(protocol(format!(
-                "the component imports {} outside {ALLOWED_IMPORT_PREFIX}*; refusing to instantiate it",
-                foreign.join(", ")
-            )));
-        }
-        Ok(fc)
+        let (engine, component) = compile_checked(bytes, "the component")?;
+        Ok(FleetComponent { engine, component })
     }
 
     /// Reads and compiles a component file.
@@ -160,6 +148,28 @@ impl FleetComponent {
     pub fn exports(&self) -> Vec<String> {
         self.component.component_type().exports(&self.engine).map(|(name, _)| name.to_owned()).collect()
     }
+}
+
+/// Compiles a component with fuel metering, after checking that it imports only
+/// `heart:fleet/*` (`what` names it in errors).
+fn compile_checked(bytes: &[u8], what: &str) -> Result<(Engine, Component), HeartError> {
+    let mut config = Config::new();
+    config.consume_fuel(true);
+    let engine = Engine::new(&config).map_err(|e| protocol(format!("cannot start wasmtime: {e:#}")))?;
+    let component = Component::new(&engine, bytes).map_err(|e| protocol(format!("cannot compile {what}: {e:#}")))?;
+    let foreign: Vec<String> = component
+        .component_type()
+        .imports(&engine)
+        .map(|(name, _)| name.to_owned())
+        .filter(|n| !n.starts_with(ALLOWED_IMPORT_PREFIX))
+        .collect();
+    if !foreign.is_empty() {
+        return Err(protocol(format!(
+            "{what} imports {} outside {ALLOWED_IMPORT_PREFIX}*; refusing to instantiate it",
+            foreign.join(", ")
+        )));
+    }
+    Ok((engine, component))
 }
 
 /// The store data: the Rust store (it outlives any one wasmtime store: a trap poisons the

@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use heart_fleet_core::chain::{Finding, FindingCode, LogReport, RunChain, VerifyOptions};
 use heart_fleet_core::{ErrorCode, HeartError};
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder};
 
-use crate::{ALLOWED_IMPORT_PREFIX, DEFAULT_FUEL_PER_CALL, DEFAULT_MEMORY_LIMIT, convert};
+use crate::{DEFAULT_FUEL_PER_CALL, DEFAULT_MEMORY_LIMIT, compile_checked, convert};
 
 /// The bindings wasmtime generates for world `receipt-verifier`; its `heart-error` is the
 /// lease component's.
@@ -52,23 +52,7 @@ impl ReceiptVerifier {
     /// Compiles the verifier from its bytes, after checking that it imports only
     /// `heart:fleet/*`.
     pub fn from_bytes(bytes: &[u8]) -> Result<ReceiptVerifier, HeartError> {
-        let mut config = Config::new();
-        config.consume_fuel(true);
-        let engine = Engine::new(&config).map_err(|e| protocol(format!("cannot start wasmtime: {e:#}")))?;
-        let component =
-            Component::new(&engine, bytes).map_err(|e| protocol(format!("cannot compile the component: {e:#}")))?;
-        let foreign: Vec<String> = component
-            .component_type()
-            .imports(&engine)
-            .map(|(name, _)| name.to_owned())
-            .filter(|n| !n.starts_with(ALLOWED_IMPORT_PREFIX))
-            .collect();
-        if !foreign.is_empty() {
-            return Err(protocol(format!(
-                "the verifier imports {} outside {ALLOWED_IMPORT_PREFIX}*; refusing to instantiate it",
-                foreign.join(", ")
-            )));
-        }
+        let (engine, component) = compile_checked(bytes, "the verifier component")?;
         let linker = Linker::new(&engine);
         Ok(ReceiptVerifier { engine, component, linker })
     }
