@@ -453,7 +453,11 @@ export declare class PgLeaseStore implements LeaseStore {
   /** The core's migration protocol; resolves to each migration and whether this call applied it. */
   migrate(): Promise<{ name: string; applied: boolean }[]>;
   /** An `onReceipt` sink appending to `heart_receipts` in the background; `flush()` waits for it. */
-  receiptSink(options?: { onError?: (error: unknown, receipt: HeartReceipt) => void }): ((receipt: HeartReceipt) => void) & {
+  receiptSink(options?: {
+    onError?: (error: unknown, receipt: HeartReceipt) => void;
+    /** Key file texts (an HMAC key and/or an Ed25519 secret key) that sign each receipt's link. */
+    signingKeys?: string[];
+  }): ((receipt: HeartReceipt) => void) & {
     flush(): Promise<void>;
   };
   end(): Promise<void>;

@@ -295,11 +295,61 @@ class PgLeaseStore {
   }
 
   /**
-   * An `onReceipt` sink that appends each receipt to the `heart_receipts` table. Inserts
-   * run in the background, in order; a failure goes to `onError` (default: ignored), never
-   * to the lease operation.
+   * An `onReceipt` sink that appends each receipt to the `heart_receipts` table, chained per
+   * run (`seq`, `prev`, `link`, as the CLI and the Rust stores write them) and, with
+   * `signingKeys` (key file texts: an HMAC key and/or an Ed25519 secret key), signed. The
+   * core decides every statement (the run's head, the insert, chaining again when another
+   * writer took the position); this loop only runs them. Inserts run in the background, in
+   * order; a failure goes to `onError` (default: ignored), never to the lease operation.
+   * A bad signing key throws here, `invalid-input`, without the key.
    */
-  receiptSink({ onError } = {}) {
+  receiptSink({ onError, signingKeys = [] } = {}) {
+    if (!Array.isArray(signingKeys) || !signingKeys.every((k) => typeof k === 'string')) {
+      throw typeError('receiptSink: signingKeys is a list of key texts');
+    }
+    // heart-fleet-wasm leaves the receipt chain out (its size budget): there the sink appends
+    // the reference's receipt unchained, as TypeScript nodes do, and refuses keys.
+    if (typeof native.NativeReceiptAppender?.create !== 'function') {
+      if (signingKeys.length > 0) {
+        throw codedError('invalid-state', 'receiptSink: signingKeys need the receipt chain, which heart-fleet-wasm leaves out');
+      }
+      return this._unchainedSink(onError);
+    }
+    let appender;
+    try {
+      appender = native.NativeReceiptAppender.create('postgres', JSON.stringify(signingKeys));
+    } catch (e) {
+      rethrowNative(e);
+    }
+    const append = async (receipt) => {
+      let st = JSON.parse(appender.begin(JSON.stringify(receipt)));
+      for (;;) {
+        let res;
+        try {
+          res = await this._query({ text: st.sql, values: st.params.map(param), rowMode: 'array' });
+        } catch (e) {
+          appender.failed();
+          throw e;
+        }
+        const names = res.fields.map((f) => f.name);
+        const next = appender.answer(JSON.stringify(res.rows.map((row) => row.map((v, i) => [names[i], v]))));
+        if (next === null) return;
+        st = JSON.parse(next);
+      }
+    };
+    let chain = Promise.resolve();
+    const sink = (receipt) => {
+      chain = chain
+        .then(() => append(receipt))
+        .catch((e) => {
+          if (onError) onError(e, receipt);
+        });
+    };
+    sink.flush = () => chain;
+    return sink;
+  }
+
+  _unchainedSink(onError) {
     let chain = Promise.resolve();
     const sink = (receipt) => {
       let st;

@@ -35,3 +35,42 @@ pub fn sql_migration_plan(dialect_name: String) -> napi::Result<String, Code> {
 pub fn sql_receipt_insert(dialect_name: String, receipt_json: String) -> napi::Result<String, Code> {
     bridge::sql_receipt_insert(&dialect_name, &receipt_json).map_err(from_heart)
 }
+
+/// Appends receipts to `heart_receipts` chained per run (and signed): the core's
+/// `receipt_table::TableAppender`, driven by `PgLeaseStore.receiptSink`, which runs each
+/// statement it gives and hands back the rows.
+#[napi]
+pub struct NativeReceiptAppender {
+    inner: heart_fleet_core::receipt_table::JsonTableAppender,
+}
+
+#[napi]
+impl NativeReceiptAppender {
+    /// An appender for `dialect_name` signing with `signing_keys_json` (a JSON array of key
+    /// texts). A bad key is `invalid-input` naming its index, never its bytes.
+    #[napi(factory)]
+    pub fn create(dialect_name: String, signing_keys_json: String) -> napi::Result<NativeReceiptAppender, Code> {
+        heart_fleet_core::receipt_table::JsonTableAppender::new(&dialect_name, &signing_keys_json)
+            .map(|inner| NativeReceiptAppender { inner })
+            .map_err(from_heart)
+    }
+
+    /// Starts appending a receipt (JSON): the first statement's `{sql, params}` JSON.
+    #[napi]
+    pub fn begin(&mut self, receipt_json: String) -> napi::Result<String, Code> {
+        self.inner.begin(&receipt_json).map_err(from_heart)
+    }
+
+    /// The rows the last statement returned (JSON, `[[column, value], ...]` per row): the next
+    /// statement's JSON, or null when the receipt is in.
+    #[napi]
+    pub fn answer(&mut self, rows_json: String) -> napi::Result<Option<String>, Code> {
+        self.inner.answer(&rows_json).map_err(from_heart)
+    }
+
+    /// The last statement failed: the run's head is read again before its next receipt.
+    #[napi]
+    pub fn failed(&mut self) {
+        self.inner.failed();
+    }
+}

@@ -16,6 +16,7 @@ import {
   reconcileOutbox,
   effectKey,
   verifyReceipt,
+  verifyReceipts,
   HeartFleetError,
 } from '../index.mjs';
 import { assertShape } from './helpers/shape.mjs';
@@ -233,16 +234,29 @@ directOnlyTest('a session search_path without the schema gives store-unavailable
   await assertUnavailable(route, new PgLeaseStore({ pool: route.pool({ options: '-c search_path=no_such_schema' }) }), /agent_runs/);
 });
 
-routeTest('the receipts table sink and the constructor checks', async (route) => {
+routeTest('the receipts table sink chains and signs, and the constructor checks', async (route) => {
   const { store, admin } = route;
-  const sink = store.receiptSink();
+  const key = `heart-fleet-hmac-sha256-key:${'ab'.repeat(32)}`;
+  const sink = store.receiptSink({ signingKeys: [key] });
   const h = new HeartFleet({ store, onReceipt: sink });
   const id = await seedRun(route);
   const { fence } = await h.acquire(id, 'w', 60);
+  await sink.flush();
+  // A second sink (another process, say) appends to the same run in between: the first
+  // sink's next insert finds its position taken, reads the head again and chains after it.
+  const other = store.receiptSink({ signingKeys: [key] });
+  assert.equal(await new HeartFleet({ store, onReceipt: other }).verifyFence(fence), true);
+  await other.flush();
   await h.release(fence, 'completed');
   await sink.flush();
-  const r = await admin.query('SELECT event, digest FROM heart_receipts WHERE run_id = $1 ORDER BY at, event', [id]);
-  assert.deepEqual(r.rows.map((x) => x.event).sort(), ['acquired', 'released']);
+  const r = await admin.query('SELECT event, receipt::text AS receipt FROM heart_receipts WHERE run_id = $1 ORDER BY id', [id]);
+  const receipts = r.rows.map((x) => JSON.parse(x.receipt));
+  assert.deepEqual(receipts.map((x) => x.event), ['acquired', 'fence_verified', 'released']);
+  assert.deepEqual(receipts.map((x) => x.seq), [1, 2, 3]);
+  const report = verifyReceipts(receipts, { key, requireChain: true });
+  assert.deepEqual([report.findings, report.signed], [[], 3]);
+  assert.throws(() => store.receiptSink({ signingKeys: ['heart-fleet-hmac-sha256-key:00'] }), (e) => e.code === 'invalid-input' && /signing key 0/.test(e.message));
+  assert.throws(() => store.receiptSink({ signingKeys: key }), (e) => e.code === 'invalid-input');
   assert.throws(() => new PgLeaseStore(null), TypeError);
   assert.throws(() => new PgLeaseStore({}), TypeError);
   assert.throws(() => new PgLeaseStore({ pool: {} }), TypeError);

@@ -462,6 +462,42 @@ fn error_codes() -> Vec<String> {
     bridge::error_codes().into_iter().map(|c| c.to_owned()).collect()
 }
 
+/// Appends receipts to `heart_receipts` chained per run (and signed): the core's
+/// `receipt_table::TableAppender`, driven by the Python stores' receipt sinks, which run each
+/// statement it gives and hand back the rows.
+#[pyclass(module = "heart_fleet._native", frozen)]
+pub struct NativeReceiptAppender {
+    inner: Mutex<heart_fleet_core::receipt_table::JsonTableAppender>,
+}
+
+#[pymethods]
+impl NativeReceiptAppender {
+    /// An appender for `dialect` signing with `signing_keys` (JSON array of key texts); a bad
+    /// key raises `InvalidInputError` naming its index, never its bytes.
+    #[staticmethod]
+    fn create(dialect: &str, signing_keys: &str) -> PyResult<NativeReceiptAppender> {
+        heart_fleet_core::receipt_table::JsonTableAppender::new(dialect, signing_keys)
+            .map(|a| NativeReceiptAppender { inner: Mutex::new(a) })
+            .map_err(py_err)
+    }
+
+    /// Starts appending a receipt (JSON): the first statement's `{sql, params}` JSON.
+    fn begin(&self, receipt: &str) -> PyResult<String> {
+        locked(&self.inner)?.begin(receipt).map_err(py_err)
+    }
+
+    /// The rows the last statement returned (JSON): the next statement's JSON, or `None`.
+    fn answer(&self, rows: &str) -> PyResult<Option<String>> {
+        locked(&self.inner)?.answer(rows).map_err(py_err)
+    }
+
+    /// The last statement failed: the run's head is read again before its next receipt.
+    fn failed(&self) -> PyResult<()> {
+        locked(&self.inner)?.failed();
+        Ok(())
+    }
+}
+
 /// The module `heart_fleet._native`.
 #[pymodule]
 #[pyo3(name = "_native")]
@@ -470,6 +506,7 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeOp>()?;
     m.add_class::<NativeMemoryStore>()?;
     m.add_class::<NativeLeaseSession>()?;
+    m.add_class::<NativeReceiptAppender>()?;
     m.add_function(wrap_pyfunction!(heartbeat_interval, m)?)?;
     m.add_function(wrap_pyfunction!(release_status, m)?)?;
     m.add_function(wrap_pyfunction!(scenario_config, m)?)?;

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import select
 import socket
 import threading
@@ -115,12 +116,18 @@ def test_send_once_and_execute_with_lease_on_postgres(pg_url: str) -> None:
 def test_the_receipt_sinks_append_to_heart_receipts(pg_url: str) -> None:
     rid = pg_run_id()
     seed_pg_run(pg_url, rid)
+    key = "heart-fleet-hmac-sha256-key:" + "cd" * 32
     with hf.PsycopgLeaseStore.connect(pg_url) as store:
-        heart = hf.HeartFleet(store, on_receipt=store.receipt_sink())
+        heart = hf.HeartFleet(store, on_receipt=store.receipt_sink(signing_keys=[key]))
         a = heart.acquire(rid, "w", 60)
         heart.release(a.fence, "completed")  # type: ignore[arg-type]
-        rows = store.conn.execute("SELECT event FROM heart_receipts WHERE run_id::text = %s ORDER BY id", (rid,)).fetchall()
+        rows = store.conn.execute("SELECT event, receipt::text FROM heart_receipts WHERE run_id::text = %s ORDER BY id", (rid,)).fetchall()
         assert [r[0] for r in rows] == ["acquired", "released"]
+        # Chained and signed, as the CLI writes them.
+        report = hf.verify_receipts([json.loads(r[1]) for r in rows], key=key, require_chain=True)
+        assert (report.findings, report.signed, report.runs[rid].last_seq) == ([], 2, 2)
+        with pytest.raises(hf.InvalidInputError, match="signing key 0"):
+            store.receipt_sink(signing_keys=["heart-fleet-hmac-sha256-key:00"])
 
     async def go() -> list[str]:
         rid2 = pg_run_id()
@@ -201,6 +208,10 @@ def test_the_sinks_of_two_stores_keep_every_receipt(pg_url: str) -> None:
                 assert a.fence is not None and fleet.release(a.fence, "ready") is not None
         count = first.conn.execute("SELECT count(*) FROM heart_receipts WHERE run_id::text = ANY(%s)", (runs,)).fetchone()
         assert (errors, count) == ([], (32,))
+        # Two sinks appended to each run, each chaining after the other's receipts.
+        rows = first.conn.execute("SELECT receipt::text FROM heart_receipts WHERE run_id::text = ANY(%s) ORDER BY id", (runs,)).fetchall()
+        report = hf.verify_receipts([json.loads(r[0]) for r in rows], require_chain=True)
+        assert (report.findings, report.chained) == ([], 32)
 
     async def go() -> tuple[list[str], Any]:
         stores = [await hf.AsyncPsycopgLeaseStore.connect(pg_url) for _ in range(2)]

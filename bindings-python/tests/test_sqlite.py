@@ -70,9 +70,11 @@ def test_the_receipt_sink_appends_to_heart_receipts(tmp_path: Path) -> None:
     run = heart.ensure_resource_run("job", "x").run
     a = heart.acquire(run.id, "w", 60)
     heart.release(a.fence, "ready")  # type: ignore[arg-type]
-    rows = store.connection.execute("SELECT event, run_id, digest FROM heart_receipts ORDER BY rowid").fetchall()
+    rows = store.connection.execute("SELECT event, run_id, digest, receipt FROM heart_receipts ORDER BY rowid").fetchall()
     assert [r[0] for r in rows] == ["acquired", "released"] and errors == []
     assert all(r[1] == run.id and r[2].startswith(hf.DIGEST_PREFIX) for r in rows)
+    report = hf.verify_receipts([json.loads(r[3]) for r in rows], require_chain=True)
+    assert (report.findings, report.chained) == ([], 2)
 
 
 def test_a_sqlite_store_failure_is_store_unavailable(tmp_path: Path) -> None:
@@ -129,10 +131,9 @@ def test_the_rust_cli_reads_what_python_wrote_and_python_reads_what_it_wrote(tmp
     assert mine and mine[0]["status"] == "leased" and mine[0]["lease_owner"] == "python-worker"
     assert mine[0]["fencing_epoch"] == 1 and mine[0]["lease_expires_at"] == a.fence.lease_expires_at  # type: ignore[union-attr]
 
-    # The receipts Python appended to heart_receipts verify in the Rust CLI (unchained: the
-    # Python sink appends the reference's receipt, without the chain fields the CLI adds).
+    # The receipts Python appended to heart_receipts verify in the Rust CLI, chained.
     verified = run_cli(db, "verify-receipts", "--table").strip().splitlines()[-1]
-    assert verified == "1 receipts, 1 ok, 0 tampered, 0 malformed; 1 runs, 0 chained, 1 unchained, 0 signed, 0 chain findings", verified
+    assert verified == "1 receipts, 1 ok, 0 tampered, 0 malformed; 1 runs, 1 chained, 0 unchained, 0 signed, 0 chain findings", verified
 
     # The CLI writes (an operator force-release and a new run); Python sees it.
     run_cli(db, "runs", "force-release", run.id)

@@ -72,6 +72,8 @@ pub mod metrics;
 pub mod model;
 pub mod ops;
 pub mod receipt;
+#[cfg(feature = "chain")]
+pub mod receipt_table;
 pub mod request;
 pub mod session;
 pub mod sql;

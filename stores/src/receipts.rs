@@ -12,11 +12,12 @@
 //! between (the insert finds the position taken, migration 0003's unique index), it reads the
 //! new head from the table and chains again.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use heart_fleet_core::chain::{self, LogEntry, LogExpectations, LogReport, Signer, VerifyKeys};
 use heart_fleet_core::receipt::ReceiptSink;
+use heart_fleet_core::receipt_table::TableAppender;
 use heart_fleet_core::sql::{self, SqlValue, Statement};
 use heart_fleet_core::{HeartError, HeartReceipt, StoreError};
 use serde::Serialize;
@@ -68,7 +69,8 @@ impl TableSinkHealth {
 
 /// Appends receipts to `heart_receipts` through a clone of a store (sharing its connection;
 /// the fleet emits receipts between store requests, never during one), each chained after the
-/// head of its run and signed with the sink's [`Signer`].
+/// head of its run and signed with the sink's [`Signer`], by the core's
+/// [`TableAppender`] (the same rule the Node and Python sinks run).
 ///
 /// A failed insert loses that receipt only: the sink goes on with the next one (a store that
 /// failed once, a lost connection, usually answers the next request, and an audit trail that
@@ -80,14 +82,8 @@ impl TableSinkHealth {
 pub struct ReceiptTableSink {
     store: AnyStore,
     health: TableSinkHealth,
-    signer: Arc<Signer>,
-    /// The head `(seq, link)` of each run this sink appended to.
-    heads: HashMap<String, (u64, String)>,
+    appender: TableAppender,
 }
-
-/// How often the sink re-reads a head and chains again when other writers keep taking the
-/// position it chained for, before it gives the receipt up as lost.
-const CHAIN_ATTEMPTS: usize = 8;
 
 impl ReceiptTableSink {
     /// A sink writing unsigned chains through `store`'s connection, and its health handle.
@@ -98,28 +94,25 @@ impl ReceiptTableSink {
     /// A sink signing every receipt's link with `signer`'s keys.
     pub fn signed(store: &AnyStore, signer: Arc<Signer>) -> (ReceiptTableSink, TableSinkHealth) {
         let health = TableSinkHealth::default();
-        let sink = ReceiptTableSink { store: store.clone(), health: health.clone(), signer, heads: HashMap::new() };
-        (sink, health)
+        let appender = TableAppender::new(store.dialect(), signer);
+        (ReceiptTableSink { store: store.clone(), health: health.clone(), appender }, health)
     }
 
-    fn append(&mut self, receipt: &HeartReceipt) -> Result<(), StoreError> {
-        for _ in 0..CHAIN_ATTEMPTS {
-            let head = match self.heads.remove(&receipt.run_id) {
-                Some(head) => Some(head),
-                None => self.store.receipt_chain_head(&receipt.run_id)?,
+    fn append(&mut self, receipt: &HeartReceipt) -> Result<(), String> {
+        let mut statement = self.appender.begin(receipt.clone()).map_err(|e| e.to_string())?;
+        loop {
+            let rows = match self.store.query(&statement) {
+                Ok(rows) => rows,
+                Err(e) => {
+                    self.appender.failed();
+                    return Err(e.to_string());
+                }
             };
-            let link =
-                self.signer.link(receipt, head.as_ref().map_or(1, |h| h.0 + 1), head.as_ref().map(|h| h.1.as_str()));
-            if self.store.append_chained(receipt, &link)? {
-                self.heads.insert(receipt.run_id.clone(), (link.seq, link.link));
-                return Ok(());
+            match self.appender.answer(&rows).map_err(|e| e.to_string())? {
+                Some(next) => statement = next,
+                None => return Ok(()),
             }
-            // Another writer took the position: the head is re-read on the next attempt.
         }
-        Err(StoreError(format!(
-            "run {}: another writer took the next position of its receipt chain {CHAIN_ATTEMPTS} times",
-            receipt.run_id
-        )))
     }
 }
 
@@ -167,26 +160,6 @@ impl AnyStore {
         let value = serde_json::to_value(receipt).map_err(|e| StoreError(format!("receipt to JSON: {e}")))?;
         let stmt = sql::receipt_insert(self.dialect(), &value).map_err(|e| StoreError(e.to_string()))?;
         self.query(&stmt).map(|_| ())
-    }
-
-    /// Appends a receipt at its position in its run's chain: `false` (nothing written) when a
-    /// receipt of the run already holds that position.
-    pub fn append_chained(&mut self, receipt: &HeartReceipt, link: &chain::ChainLink) -> Result<bool, StoreError> {
-        let value = chain::chained_json(receipt, link);
-        let stmt = sql::receipt_insert(self.dialect(), &value).map_err(|e| StoreError(e.to_string()))?;
-        self.query(&stmt).map(|rows| !rows.is_empty())
-    }
-
-    /// The head `(seq, link)` of a run's receipt chain in the table, if it has one.
-    pub fn receipt_chain_head(&mut self, run_id: &str) -> Result<Option<(u64, String)>, StoreError> {
-        let rows = self.query(&sql::receipt_chain_head(self.dialect(), run_id))?;
-        let Some(row) = rows.first() else { return Ok(None) };
-        match (row.first().map(|c| &c.1), row.get(1).map(|c| &c.1)) {
-            (Some(SqlValue::Int(seq)), Some(SqlValue::Text(link))) if *seq >= 1 => {
-                Ok(Some((u64::try_from(*seq).unwrap_or(0), link.clone())))
-            }
-            other => Err(StoreError(format!("heart_receipts chain head of run {run_id}: unexpected row {other:?}"))),
-        }
     }
 
     /// Reads `heart_receipts` in insertion order, from row id `after` (exclusive) on, at most

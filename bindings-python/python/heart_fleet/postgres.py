@@ -45,11 +45,12 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from . import _check
 from . import _native
+from . import _receipt_table
 from .errors import InvalidTypeError, StoreProtocolError, StoreUnavailableError
 from .types import HeartReceipt
 
@@ -288,14 +289,7 @@ def _statement(request: str) -> tuple[str, list[Any]]:
     statements = json.loads(_native.sql_render(request, "postgres"))
     if len(statements) != 1:
         raise StoreProtocolError(f"postgres: render gave {len(statements)} statements, not one")
-    st = statements[0]
-    rendered = _cache.get(st["sql"])
-    if rendered is None:
-        if len(_cache) > 256:
-            _cache.clear()
-        rendered = _cache[st["sql"]] = _Rendered(st["sql"])
-    params = [_param(p) for p in st["params"]]
-    return rendered.sql, [params[i] for i in rendered.order]
+    return _core_statement(statements[0])
 
 
 def _cell(v: Any) -> Any:
@@ -315,9 +309,13 @@ def _check_request(request: object) -> str:
     return request
 
 
-def _receipt_statement(receipt: HeartReceipt) -> tuple[str, list[Any]]:
-    st = json.loads(_native.sql_receipt_insert("postgres", json.dumps(receipt.to_dict())))
-    rendered = _Rendered(st["sql"])
+def _core_statement(st: dict[str, Any]) -> tuple[str, list[Any]]:
+    """A statement of the core (``{sql, params}``) in psycopg's placeholder style."""
+    rendered = _cache.get(st["sql"])
+    if rendered is None:
+        if len(_cache) > 256:
+            _cache.clear()
+        rendered = _cache[st["sql"]] = _Rendered(st["sql"])
     params = [_param(p) for p in st["params"]]
     return rendered.sql, [params[i] for i in rendered.order]
 
@@ -429,14 +427,24 @@ class PsycopgLeaseStore:
         answer: dict[str, Any] = json.loads(self.execute_json(json.dumps(request, separators=(",", ":"))))
         return answer
 
-    def receipt_sink(self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None) -> Callable[[HeartReceipt], None]:
-        """An ``on_receipt`` sink that appends each receipt to the ``heart_receipts`` table.
-        A failure goes to ``on_error`` (default: ignored), never to the lease operation."""
+    def receipt_sink(
+        self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None, *, signing_keys: Sequence[str] = ()
+    ) -> Callable[[HeartReceipt], None]:
+        """An ``on_receipt`` sink that appends each receipt to the ``heart_receipts`` table,
+        chained per run (``seq``, ``prev``, ``link``, as the CLI and the Rust stores write
+        them) and, with ``signing_keys`` (key file texts), signed; the core decides every
+        statement. A failure goes to ``on_error`` (default: ignored), never to the lease
+        operation; a bad key raises here."""
+        app = _receipt_table.appender("postgres", signing_keys)
+
+        def run(st: dict[str, Any]) -> list[list[list[Any]]]:
+            sql, params = _core_statement(st)
+            names, rows = self._run("postgres receipt", lambda conn: _answer(conn, sql, params, None))
+            return [[[n, v] for n, v in zip(names, row)] for row in rows]
 
         def sink(receipt: HeartReceipt) -> None:
             try:
-                sql, params = _receipt_statement(receipt)
-                self._run("postgres receipt", lambda conn: _answer(conn, sql, params, None))
+                _receipt_table.append(app, receipt, run)
             except Exception as e:  # noqa: BLE001 - reported to on_error only
                 if on_error is not None:
                     on_error(e, receipt)
@@ -563,17 +571,25 @@ class AsyncPsycopgLeaseStore:
         return answer
 
     def receipt_sink(
-        self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None
+        self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None, *, signing_keys: Sequence[str] = ()
     ) -> Callable[[HeartReceipt], Awaitable[None]]:
-        """An ``on_receipt`` sink that appends each receipt to ``heart_receipts`` in the
-        background, in order (the fleet schedules it on the running loop)."""
+        """:meth:`PsycopgLeaseStore.receipt_sink`, appending in the background, in order (the
+        fleet schedules it on the running loop)."""
         lock = asyncio.Lock()
+        app = _receipt_table.appender("postgres", signing_keys)
+
+        async def run(st: dict[str, Any]) -> list[list[list[Any]]]:
+            sql, params = _core_statement(st)
+            cur = await self.conn.execute(sql, params)
+            if not cur.description:
+                return []
+            names = [c.name for c in cur.description]
+            return [[[n, v] for n, v in zip(names, row)] for row in await cur.fetchall()]
 
         async def sink(receipt: HeartReceipt) -> None:
             async with lock:  # FIFO: inserts keep the receipts' order
                 try:
-                    sql, params = _receipt_statement(receipt)
-                    await self.conn.execute(sql, params)
+                    await _receipt_table.append_async(app, receipt, run)
                 except Exception as e:  # noqa: BLE001 - reported to on_error only
                     if on_error is not None:
                         on_error(e, receipt)

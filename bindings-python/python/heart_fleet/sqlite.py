@@ -34,11 +34,12 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _check
 from . import _native
+from . import _receipt_table
 from ._driver import CancelledAfterCommit
 from .errors import InvalidInputError, InvalidTypeError, StoreProtocolError, StoreUnavailableError
 from .types import HeartReceipt
@@ -335,16 +336,25 @@ class SqliteLeaseStore:
                 raise StoreUnavailableError(f"sqlite: {e}") from e
         return answer
 
-    def receipt_sink(self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None) -> Callable[[HeartReceipt], None]:
+    def receipt_sink(
+        self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None, *, signing_keys: Sequence[str] = ()
+    ) -> Callable[[HeartReceipt], None]:
         """An ``on_receipt`` sink that appends each receipt to the ``heart_receipts`` table
-        (what ``heart-fleet metrics`` and ``verify-receipts --table`` read). A failure goes
-        to ``on_error`` (default: ignored), never to the lease operation."""
+        (what ``heart-fleet metrics`` and ``verify-receipts --table`` read), chained per run
+        and, with ``signing_keys`` (key file texts), signed; the core decides every statement.
+        A failure goes to ``on_error`` (default: ignored), never to the lease operation; a bad
+        key raises here."""
+        app = _receipt_table.appender("sqlite", signing_keys)
+
+        def run(st: dict[str, Any]) -> list[list[list[Any]]]:
+            with self._lock:
+                cur = self._conn.execute(st["sql"], [_bind(p, None) for p in st["params"]])
+                names = [d[0] for d in cur.description] if cur.description else []
+                return [[[n, v] for n, v in zip(names, row)] for row in cur.fetchall()]
 
         def sink(receipt: HeartReceipt) -> None:
             try:
-                st = json.loads(_native.sql_receipt_insert("sqlite", json.dumps(receipt.to_dict())))
-                with self._lock:
-                    self._conn.execute(st["sql"], [_bind(p, None) for p in st["params"]])
+                _receipt_table.append(app, receipt, run)
             except Exception as e:  # noqa: BLE001 - reported to on_error only
                 if on_error is not None:
                     on_error(e, receipt)
@@ -396,9 +406,11 @@ class AsyncSqliteLeaseStore:
         """:meth:`SqliteLeaseStore.migrate`, on a worker thread."""
         return await asyncio.to_thread(self.sync.migrate)
 
-    def receipt_sink(self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None) -> Callable[[HeartReceipt], None]:
+    def receipt_sink(
+        self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None, *, signing_keys: Sequence[str] = ()
+    ) -> Callable[[HeartReceipt], None]:
         """:meth:`SqliteLeaseStore.receipt_sink`."""
-        return self.sync.receipt_sink(on_error)
+        return self.sync.receipt_sink(on_error, signing_keys=signing_keys)
 
     def close(self) -> None:
         """Closes the connection."""

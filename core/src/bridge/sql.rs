@@ -69,6 +69,13 @@ fn row(v: Value) -> BridgeResult<SqlRow> {
     }
 }
 
+/// One statement's rows as a driver returned them (JSON: a list of rows, each an object or a
+/// list of `[column, value]` pairs), as the core's rows. Malformed rows are `store-protocol`.
+pub fn sql_rows(rows_json: &str) -> BridgeResult<Vec<SqlRow>> {
+    let rows: Vec<Value> = serde_json::from_str(rows_json).map_err(|e| protocol(format!("not a list of rows: {e}")))?;
+    rows.into_iter().map(row).collect()
+}
+
 /// Decodes the rows a driver returned (JSON: one array of rows per statement, each row an
 /// object or a list of `[column, value]` pairs) into the StoreAnswer JSON. Malformed rows
 /// are `store-protocol` errors.

@@ -30,11 +30,14 @@
 //!   `acquired`, `renewed` or `released` receipt no transition backs; a final row that is not
 //!   the last transition's row; a run held at the end whose last lease receipt names another
 //!   lease (excused only when its owner was killed, since a kill can lose the receipt of the
-//!   last write).
+//!   last write); a break in a run's receipt chain (a gap, a reorder, a duplicate, a fork, a
+//!   broken link: every runtime's sink chains through the core's appender, so no fault may
+//!   leave one).
 //! * `unfinished_runs`: runs still held after the final sweep (every worker is gone by then).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use heart_fleet_core::chain::{LogEntry, LogExpectations, VerifyKeys, verify_log};
 use heart_fleet_core::{Timestamp, verify_receipt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -388,6 +391,24 @@ fn check_receipts(h: &History, v: &mut Verdict) {
             ended_at.insert((t.run_id.as_str(), owner, t.at), t.old.live_at(t.at));
         }
     }
+    // The chains, as `verify-receipts --table` checks them (the digests are checked below).
+    let entries: Vec<LogEntry> = h
+        .receipts
+        .iter()
+        .map(|row| LogEntry { position: u64::try_from(row.id).unwrap_or(0), value: row.receipt.clone() })
+        .collect();
+    match verify_log(&entries, &VerifyKeys::none(), &LogExpectations::default()) {
+        Ok(report) => {
+            for f in report.findings.iter().filter(|f| !f.code.is_about_the_receipt()) {
+                v.receipt_mismatches += 1;
+                v.found(format!("receipt {}: {}: {}", f.position.unwrap_or(0), f.code, f.message));
+            }
+        }
+        Err(e) => {
+            v.receipt_mismatches += 1;
+            v.found(format!("the receipts are not a log: {e}"));
+        }
+    }
     let mut last_grant: BTreeMap<&str, (&str, Option<Timestamp>)> = BTreeMap::new();
     for row in &h.receipts {
         let r = &row.receipt;
@@ -652,6 +673,34 @@ mod tests {
         only(&check(&h), "receipt_mismatches", 1);
         let mut h = clean();
         h.runs[0].state.epoch = 7;
+        only(&check(&h), "receipt_mismatches", 1);
+    }
+
+    #[test]
+    fn a_break_in_a_runs_receipt_chain_is_a_mismatch() {
+        // The clean history's receipts chained, as every runtime's sink writes them.
+        let chained = || {
+            let mut h = clean();
+            let mut heads = heart_fleet_core::chain::ChainHeads::new();
+            let signer = heart_fleet_core::chain::Signer::unsigned();
+            for row in &mut h.receipts {
+                let r: HeartReceipt = serde_json::from_value(row.receipt.clone()).unwrap();
+                row.receipt = heart_fleet_core::chain::chained_json(&r, &heads.append(&signer, &r));
+            }
+            h
+        };
+        let v = check(&chained());
+        assert!(v.pass(), "{v:?}");
+        // A receipt whose write happened but whose row is gone from the middle of the chain:
+        // its write is still backed by the transitions, only the chain shows it.
+        let mut h = chained();
+        h.receipts.remove(1);
+        only(&check(&h), "receipt_mismatches", 1);
+        // Two receipts claiming one position.
+        let mut h = chained();
+        let mut copy = h.receipts[2].clone();
+        copy.id = 6;
+        h.receipts.push(copy);
         only(&check(&h), "receipt_mismatches", 1);
     }
 
