@@ -14,7 +14,8 @@
 # tools venv) and the wheel's test dependencies (pytest, psycopg, mypy in a fresh venv);
 # and through scripts/test-deno.sh, wasm-bindgen-cli 0.2.130 (cargo install) and deno, esbuild and
 # binaryen (npm ci in bindings-wasm/bindgen); and through scripts/fleet-chaos.sh, Debian's
-# libfaketime and a Python venv (target/chaos-venv) with the wheel and psycopg.
+# libfaketime and a Python venv (target/chaos-venv) with the wheel and psycopg; and through
+# scripts/test-console.sh, prometheus-client (PyPI) in target/console-venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -90,6 +91,9 @@ root=$PWD
 (cd "$canary_dir" && cargo run --release -q --manifest-path "$root/Cargo.toml" --bin heart-fleet -- canary \
   && cargo run --release -q --manifest-path "$root/Cargo.toml" --bin heart-fleet -- canary) | tail -n 1
 rm -rf "$canary_dir"
+
+step "the operator console: heart-fleet serve over HTTP (SQLite and PostgreSQL), /metrics parsed by prometheus_client"
+HEART_FLEET_CLI="${CARGO_TARGET_DIR:-$PWD/target}/release/heart-fleet" bash scripts/test-console.sh
 
 step "Node: the napi-rs binding (npm package heart-fleet) and the bot example"
 node --version

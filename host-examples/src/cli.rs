@@ -163,6 +163,14 @@ pub enum Command {
     /// effect_committed and effect_deduped equal the fleet-wide sums of the matching
     /// counters), and runs and instances by status.
     Metrics,
+    /// The operator console over HTTP: live Prometheus metrics at /metrics (read from the store
+    /// on each scrape), a JSON API at /api (runs, a run with its verified receipts, instances,
+    /// activity, health) and a web dashboard at /. Operator actions (POST
+    /// /api/runs/{id}/requeue, /api/runs/{id}/force-release, /api/instances/{id}/drain) need
+    /// `Authorization: Bearer <token>` with the token of --token-file and leave the same
+    /// receipts as the CLI verbs; without --token-file the console is read-only. Binds to
+    /// loopback unless --listen says otherwise; logs one line per request on stderr.
+    Serve(crate::serve::ServeArgs),
     /// A worker process of `simulate --processes` (started by it; not for people).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -660,6 +668,7 @@ pub fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write, err: &mut dyn
         Command::Runs(args) => commands::runs(g, &args, out, err),
         Command::Instances(args) => commands::instances(g, &args, out, err),
         Command::Metrics => commands::metrics(g, out, err),
+        Command::Serve(args) => crate::serve::run(g, &args, err),
         Command::Worker(args) => worker(g, &args, err),
         Command::FleetChaos(args) => fleet_chaos(g, args, out, err),
         Command::CheckHistory(args) => check_history(g, &args, out, err),

@@ -15,10 +15,9 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use heart_fleet_core::receipt::{HeartEvent, ReceiptSink};
+use heart_fleet_core::receipt::ReceiptSink;
 use heart_fleet_core::request::{NewRun, StoreReply, StoreRequest};
 use heart_fleet_core::session::NotRunReason;
-use heart_fleet_core::sql::{SqlValue, Statement};
 use heart_fleet_core::{ErrorCode, HeartError, HeartMetrics, LeaseOptions, LeaseStore, RunStatus};
 use heart_fleet_stores::receipts::{ReceiptTableSink, TableSinkHealth};
 use heart_fleet_stores::{AnyStore, DEFAULT_STORE_URL, redact};
@@ -32,6 +31,7 @@ use crate::cli::{
 };
 use crate::engine::{Engine, LeaseWork};
 use crate::receipts_file::SinkHealth;
+use crate::serve::metrics::StoreReading;
 use crate::sinks::{FanoutSink, QueueSink, ReceiptQueue};
 
 /// The deterministic kind and key of the canary's resource run.
@@ -458,55 +458,8 @@ pub fn instances(global: &Global, args: &InstancesArgs, out: &mut dyn Write, err
     finish_lines(&s, lines, out, err)
 }
 
-fn counts_by(store: &mut AnyStore, table: &str, column: &str) -> Result<Vec<(String, u64)>, String> {
-    let stmt = Statement {
-        sql: format!("SELECT {column} AS k, count(*) AS n FROM {table} GROUP BY {column} ORDER BY {column}"),
-        params: vec![],
-    };
-    let rows = store.query(&stmt).map_err(|e| e.to_string())?;
-    rows.iter()
-        .map(|row| match (row.first().map(|c| &c.1), row.get(1).map(|c| &c.1)) {
-            (Some(SqlValue::Text(k)), Some(SqlValue::Int(n))) => Ok((k.clone(), u64::try_from(*n).unwrap_or(0))),
-            _ => Err(format!("{table}: a row without a {column} text and a count")),
-        })
-        .collect()
-}
-
-/// The Prometheus text of `metrics`: fleet-wide numbers read from the store.
-pub fn metrics_text(store: &mut AnyStore) -> Result<String, String> {
-    let mut out = String::new();
-    let receipts = store.receipt_counts().map_err(|e| e.to_string())?;
-    out.push_str(
-        "# HELP heart_fleet_receipts_total Receipts in the store's heart_receipts table by event, from every \
-         process that wrote to this store. acquired/renewed/released/reclaimed/quarantined/fence_verified/\
-         effect_committed/effect_deduped equal the fleet-wide sums of the acquireWins/renews/releases/reclaims/\
-         quarantines/fenceVerifications/effectCommits/effectDedupes counters.\n\
-         # TYPE heart_fleet_receipts_total counter\n",
-    );
-    let mut events: Vec<String> = HeartEvent::ALL.iter().map(|e| e.as_str().to_owned()).collect();
-    events.extend(receipts.keys().filter(|k| !events.contains(k)).cloned().collect::<Vec<_>>());
-    for event in &events {
-        let n = receipts.get(event).copied().unwrap_or(0);
-        out.push_str(&format!("heart_fleet_receipts_total{{event=\"{event}\"}} {n}\n"));
-    }
-    out.push_str("# HELP heart_fleet_runs Runs in agent_runs by status.\n# TYPE heart_fleet_runs gauge\n");
-    let runs = counts_by(store, "agent_runs", "status")?;
-    for status in RunStatus::ALL {
-        let n = runs.iter().find(|(k, _)| k == status.as_str()).map_or(0, |(_, n)| *n);
-        out.push_str(&format!("heart_fleet_runs{{status=\"{}\"}} {n}\n", status.as_str()));
-    }
-    out.push_str(
-        "# HELP heart_fleet_instances Instances in agent_instances by status.\n# TYPE heart_fleet_instances gauge\n",
-    );
-    let instances = counts_by(store, "agent_instances", "status")?;
-    for status in ["alive", "draining", "dead"] {
-        let n = instances.iter().find(|(k, _)| k == status).map_or(0, |(_, n)| *n);
-        out.push_str(&format!("heart_fleet_instances{{status=\"{status}\"}} {n}\n"));
-    }
-    Ok(out)
-}
-
-/// `metrics`: Prometheus text derived from the store (see [`metrics_text`]). The 13
+/// `metrics`: Prometheus text derived from the store, the store families of `serve`'s
+/// `/metrics` ([`StoreReading`]). The 13
 /// `heart_fleet_*_total` counters of the core live in each process's fleet and die with
 /// it; a separate command cannot read another process's, so this one reads the store.
 pub fn metrics(global: &Global, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
@@ -514,8 +467,12 @@ pub fn metrics(global: &Global, out: &mut dyn Write, err: &mut dyn Write) -> Exi
         Ok(s) => s,
         Err(exit) => return exit,
     };
-    let text = match metrics_text(&mut store) {
-        Ok(t) => t,
+    let text = match StoreReading::read(&mut store) {
+        Ok(reading) => {
+            let mut text = String::new();
+            reading.render(&mut text);
+            text
+        }
         Err(e) => return fail(err, Exit::Error, format!("metrics: {e}")),
     };
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {

@@ -23,6 +23,8 @@
 //! * [`engine`]: the fleet operations those commands use, behind the [`engine::Engine`]
 //!   trait: the native crate (`--engine native`, the default) or the WebAssembly component
 //!   through wasmtime (`--engine component`).
+//! * [`serve`]: `serve`, the operator console: live Prometheus metrics, a JSON API with
+//!   operator actions behind a bearer token, and a web dashboard, over HTTP.
 //! * [`rng`]: the deterministic generator the simulation draws from.
 //!
 //! The core does no I/O; everything that touches files, standard streams, or randomness
@@ -37,6 +39,7 @@ pub mod keys;
 pub mod procsim;
 pub mod receipts_file;
 pub mod rng;
+pub mod serve;
 pub mod simulate;
 pub mod sinks;
 pub mod verify_cmd;

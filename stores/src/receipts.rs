@@ -165,19 +165,41 @@ impl AnyStore {
     /// Reads `heart_receipts` in insertion order, from row id `after` (exclusive) on, at most
     /// `limit` rows.
     pub fn read_receipts(&mut self, after: i64, limit: u32) -> Result<Vec<StoredReceipt>, StoreError> {
+        self.read_receipts_of(None, after, limit)
+    }
+
+    /// [`read_receipts`](AnyStore::read_receipts) of one run only when `run` is given (by
+    /// the index `idx_heart_receipts_run`, not a scan of the table).
+    pub fn read_receipts_of(
+        &mut self,
+        run: Option<&str>,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredReceipt>, StoreError> {
         let cols = COLUMNS.iter().map(|(c, _)| *c).collect::<Vec<_>>().join(", ");
+        let mut params = vec![sql::SqlParam::Int(after), sql::SqlParam::Int(i64::from(limit))];
         let stmt = match self.dialect() {
-            sql::Dialect::Sqlite => Statement {
-                sql: format!("SELECT id, {cols}, receipt FROM heart_receipts WHERE id > ?1 ORDER BY id LIMIT ?2"),
-                params: vec![sql::SqlParam::Int(after), sql::SqlParam::Int(i64::from(limit))],
-            },
-            sql::Dialect::Postgres => Statement {
-                sql: format!(
-                    "SELECT id, {cols}, receipt::text AS receipt FROM heart_receipts WHERE id > $1::bigint \
-                     ORDER BY id LIMIT $2::bigint"
-                ),
-                params: vec![sql::SqlParam::Int(after), sql::SqlParam::Int(i64::from(limit))],
-            },
+            sql::Dialect::Sqlite => {
+                let of_run = if run.is_some() { " AND run_id = ?3" } else { "" };
+                params.extend(run.map(|r| sql::SqlParam::Text(r.to_owned())));
+                Statement {
+                    sql: format!(
+                        "SELECT id, {cols}, receipt FROM heart_receipts WHERE id > ?1{of_run} ORDER BY id LIMIT ?2"
+                    ),
+                    params,
+                }
+            }
+            sql::Dialect::Postgres => {
+                let of_run = if run.is_some() { " AND run_id = $3::text" } else { "" };
+                params.extend(run.map(|r| sql::SqlParam::Text(r.to_owned())));
+                Statement {
+                    sql: format!(
+                        "SELECT id, {cols}, receipt::text AS receipt FROM heart_receipts WHERE id > $1::bigint{of_run} \
+                         ORDER BY id LIMIT $2::bigint"
+                    ),
+                    params,
+                }
+            }
         };
         let rows = self.query(&stmt)?;
         let mut out = Vec::with_capacity(rows.len());
@@ -210,47 +232,31 @@ impl AnyStore {
     /// that run's rows are checked. `Err` with `invalid-input` for bad input (a receipt of an
     /// unknown schema version), `store-unavailable` when the store fails.
     pub fn verify_receipts(&mut self, keys: &VerifyKeys, expect: &LogExpectations) -> Result<LogReport, HeartError> {
-        let mut entries = Vec::new();
-        let mut columns_differ = Vec::new();
+        let mut rows = Vec::new();
         let mut after = 0;
         loop {
+            // The whole table even for one run: a row whose run_id column was edited away
+            // from the run is still that run's receipt (the filter below reads the receipt).
             let page = self.read_receipts(after, 1000).map_err(|e| HeartError::store("reading heart_receipts", &e))?;
             let Some(last) = page.last() else { break };
             after = last.id;
-            for row in page {
-                // The log of one run (`expect.run`) is that run's rows.
-                if let Some(run) = expect.run.as_deref()
-                    && row.receipt.get("runId").and_then(Value::as_str) != Some(run)
-                {
-                    continue;
-                }
-                let position = u64::try_from(row.id).unwrap_or(0);
-                if row.columns_differ {
-                    columns_differ
-                        .push((position, row.receipt.get("runId").and_then(Value::as_str).map(str::to_owned)));
-                }
-                entries.push(LogEntry { position, value: row.receipt });
-            }
+            // The log of one run (`expect.run`) is that run's rows.
+            rows.extend(page.into_iter().filter(|row| {
+                expect.run.as_deref().is_none_or(|run| row.receipt.get("runId").and_then(Value::as_str) == Some(run))
+            }));
         }
-        let mut report =
-            chain::verify_log(&entries, keys, expect).map_err(|e| HeartError::invalid(format!("row {}", e.message)))?;
-        for (position, run_id) in columns_differ {
-            // A row whose receipt verified is now counted tampered; one already found wrong
-            // keeps its count and gains the finding.
-            let already = report.findings.iter().any(|f| f.position == Some(position) && f.code.is_about_the_receipt());
-            if !already {
-                report.tampered += 1;
-                report.ok = report.ok.saturating_sub(1);
-            }
-            report.findings.push(chain::Finding {
-                position: Some(position),
-                run_id,
-                code: chain::FindingCode::Tampered,
-                message: "the row's columns disagree with its receipt".into(),
-            });
-        }
-        report.sort_findings();
-        Ok(report)
+        verify_rows(&rows, keys, expect)
+    }
+
+    /// The rows of one run (by its `run_id` column, oldest first, at most `limit`) and their
+    /// verification as one log, with no key: what a console shows as the run's timeline.
+    /// Findings name each row by its id.
+    pub fn run_receipts(&mut self, run_id: &str, limit: u32) -> Result<(Vec<StoredReceipt>, LogReport), HeartError> {
+        let rows = self
+            .read_receipts_of(Some(run_id), 0, limit)
+            .map_err(|e| HeartError::store("reading heart_receipts", &e))?;
+        let report = verify_rows(&rows, &VerifyKeys::none(), &LogExpectations::default())?;
+        Ok((rows, report))
     }
 
     /// Receipts in `heart_receipts` by event.
@@ -270,4 +276,33 @@ impl AnyStore {
         }
         Ok(out)
     }
+}
+
+/// [`chain::verify_log`] over table rows (positions are row ids), with a `receipt-tampered`
+/// finding for each row whose columns disagree with its receipt.
+fn verify_rows(rows: &[StoredReceipt], keys: &VerifyKeys, expect: &LogExpectations) -> Result<LogReport, HeartError> {
+    let entries: Vec<LogEntry> = rows
+        .iter()
+        .map(|row| LogEntry { position: u64::try_from(row.id).unwrap_or(0), value: row.receipt.clone() })
+        .collect();
+    let mut report =
+        chain::verify_log(&entries, keys, expect).map_err(|e| HeartError::invalid(format!("row {}", e.message)))?;
+    for row in rows.iter().filter(|r| r.columns_differ) {
+        let position = u64::try_from(row.id).unwrap_or(0);
+        // A row whose receipt verified is now counted tampered; one already found wrong keeps
+        // its count and gains the finding.
+        let already = report.findings.iter().any(|f| f.position == Some(position) && f.code.is_about_the_receipt());
+        if !already {
+            report.tampered += 1;
+            report.ok = report.ok.saturating_sub(1);
+        }
+        report.findings.push(chain::Finding {
+            position: Some(position),
+            run_id: row.receipt.get("runId").and_then(Value::as_str).map(str::to_owned),
+            code: chain::FindingCode::Tampered,
+            message: "the row's columns disagree with its receipt".into(),
+        });
+    }
+    report.sort_findings();
+    Ok(report)
 }

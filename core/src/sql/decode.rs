@@ -35,7 +35,7 @@ pub(super) struct Cells<'a> {
 }
 
 impl<'a> Cells<'a> {
-    fn new(row: &'a SqlRow, prefix: &'a str) -> Cells<'a> {
+    pub(super) fn new(row: &'a SqlRow, prefix: &'a str) -> Cells<'a> {
         Cells { row, prefix, next: std::cell::Cell::new(0) }
     }
 
@@ -61,7 +61,7 @@ impl<'a> Cells<'a> {
         Ok(matches!(self.get(name)?, SqlValue::Null))
     }
 
-    fn opt_text(&self, name: &str) -> Result<Option<String>, HeartError> {
+    pub(super) fn opt_text(&self, name: &str) -> Result<Option<String>, HeartError> {
         match self.get(name)? {
             SqlValue::Null => Ok(None),
             SqlValue::Text(s) => Ok(Some(s.clone())),
@@ -69,11 +69,11 @@ impl<'a> Cells<'a> {
         }
     }
 
-    fn text(&self, name: &str) -> Result<String, HeartError> {
+    pub(super) fn text(&self, name: &str) -> Result<String, HeartError> {
         self.opt_text(name)?.ok_or_else(|| protocol(format!("column {name} is null")))
     }
 
-    fn opt_int(&self, name: &str) -> Result<Option<i64>, HeartError> {
+    pub(super) fn opt_int(&self, name: &str) -> Result<Option<i64>, HeartError> {
         match self.get(name)? {
             SqlValue::Null => Ok(None),
             SqlValue::Int(i) => Ok(Some(*i)),
@@ -86,7 +86,7 @@ impl<'a> Cells<'a> {
         }
     }
 
-    fn int(&self, name: &str) -> Result<i64, HeartError> {
+    pub(super) fn int(&self, name: &str) -> Result<i64, HeartError> {
         self.opt_int(name)?.ok_or_else(|| protocol(format!("column {name} is null")))
     }
 
@@ -96,7 +96,7 @@ impl<'a> Cells<'a> {
             .transpose()
     }
 
-    fn time(&self, name: &str) -> Result<Timestamp, HeartError> {
+    pub(super) fn time(&self, name: &str) -> Result<Timestamp, HeartError> {
         self.opt_time(name)?.ok_or_else(|| protocol(format!("column {name} is null")))
     }
 
@@ -151,7 +151,7 @@ impl<'a> Cells<'a> {
     }
 
     /// A run, or `None` when the row is the null side of an outer join.
-    fn run(&self) -> Result<Option<RunRow>, HeartError> {
+    pub(super) fn run(&self) -> Result<Option<RunRow>, HeartError> {
         if self.is_null("id")? {
             return Ok(None);
         }
@@ -204,7 +204,7 @@ impl<'a> Cells<'a> {
         }))
     }
 
-    fn instance(&self) -> Result<Option<InstanceRow>, HeartError> {
+    pub(super) fn instance(&self) -> Result<Option<InstanceRow>, HeartError> {
         if self.is_null("instance_id")? {
             return Ok(None);
         }

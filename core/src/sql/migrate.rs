@@ -6,12 +6,14 @@ pub(super) const PG_MIGRATIONS: &[(&str, &str)] = &[
     ("0001_reference_schema", include_str!("../../../migrations/postgres/0001_reference_schema.sql")),
     ("0002_heart_fleet", include_str!("../../../migrations/postgres/0002_heart_fleet.sql")),
     ("0003_receipt_chain", include_str!("../../../migrations/postgres/0003_receipt_chain.sql")),
+    ("0004_console_indexes", include_str!("../../../migrations/postgres/0004_console_indexes.sql")),
 ];
 
 pub(super) const SQLITE_MIGRATIONS: &[(&str, &str)] = &[
     ("0001_schema", include_str!("../../../migrations/sqlite/0001_schema.sql")),
     ("0002_store_clock", include_str!("../../../migrations/sqlite/0002_store_clock.sql")),
     ("0003_receipt_chain", include_str!("../../../migrations/sqlite/0003_receipt_chain.sql")),
+    ("0004_console_indexes", include_str!("../../../migrations/sqlite/0004_console_indexes.sql")),
 ];
 
 /// The schema migrations of a dialect, in order: `(name, sql)`. Each is idempotent (safe to

@@ -216,6 +216,7 @@ mod builder;
 mod decode;
 mod migrate;
 mod postgres;
+pub mod readout;
 mod seed;
 mod sqlite;
 

@@ -597,7 +597,7 @@ fn migrations_are_listed_in_order() {
     let pg = migrations(Dialect::Postgres);
     assert_eq!(
         pg.iter().map(|m| m.0).collect::<Vec<_>>(),
-        ["0001_reference_schema", "0002_heart_fleet", "0003_receipt_chain"]
+        ["0001_reference_schema", "0002_heart_fleet", "0003_receipt_chain", "0004_console_indexes"]
     );
     assert!(pg[1].1.contains("heart_fencing_epoch_monotonic"));
     let lite = migrations(Dialect::Sqlite);

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The operator console (`heart-fleet serve`) over real HTTP: a seeded SQLite store (a live
+# lease, an expired one, a quarantined run, a dead instance, a tampered receipt) for the JSON
+# API, /metrics parsed by prometheus_client, the refusals and a requeue with the token; then a
+# real PostgreSQL behind a proxy that is cut and restored (503 and heart_fleet_store_up 0, then
+# recovery). Needs HEART_FLEET_CLI and DATABASE_URL (scripts/test-all.sh sets both); installs
+# prometheus-client into target/console-venv when it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export HEART_FLEET_CLI="${HEART_FLEET_CLI:-${CARGO_TARGET_DIR:-$PWD/target}/release/heart-fleet}"
+[ -x "$HEART_FLEET_CLI" ] || { echo "test-console: no CLI at $HEART_FLEET_CLI (cargo build --release -p heart-fleet-host)" >&2; exit 2; }
+venv=target/console-venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -c 'import prometheus_client' 2>/dev/null || "$venv/bin/pip" install -q prometheus-client==0.26.0
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+"$venv/bin/python" host-examples/console/test_console.py seed "$dir" >/dev/null
+"$venv/bin/python" host-examples/console/test_console.py api "$dir"
+"$venv/bin/python" host-examples/console/test_console.py outage
