@@ -15,7 +15,8 @@
 # and through scripts/test-deno.sh, wasm-bindgen-cli 0.2.130 (cargo install) and deno, esbuild and
 # binaryen (npm ci in bindings-wasm/bindgen); and through scripts/fleet-chaos.sh, Debian's
 # libfaketime and a Python venv (target/chaos-venv) with the wheel and psycopg; and through
-# scripts/test-console.sh, prometheus-client (PyPI) in target/console-venv.
+# scripts/test-console.sh, prometheus-client (PyPI) in target/console-venv, Debian's chromium
+# and puppeteer-core (npm ci in host-examples/console) for the console's browser test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -92,7 +93,10 @@ root=$PWD
   && cargo run --release -q --manifest-path "$root/Cargo.toml" --bin heart-fleet -- canary) | tail -n 1
 rm -rf "$canary_dir"
 
-step "the operator console: heart-fleet serve over HTTP (SQLite and PostgreSQL), /metrics parsed by prometheus_client"
+step "the operator console: heart-fleet serve over HTTP (SQLite and PostgreSQL), /metrics parsed by prometheus_client, the dashboard in chromium"
+command -v chromium >/dev/null 2>&1 || {
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+}
 HEART_FLEET_CLI="${CARGO_TARGET_DIR:-$PWD/target}/release/heart-fleet" bash scripts/test-console.sh
 
 step "Node: the napi-rs binding (npm package heart-fleet) and the bot example"

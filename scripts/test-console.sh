@@ -3,8 +3,11 @@
 # lease, an expired one, a quarantined run, a dead instance, a tampered receipt) for the JSON
 # API, /metrics parsed by prometheus_client, the refusals and a requeue with the token; then a
 # real PostgreSQL behind a proxy that is cut and restored (503 and heart_fleet_store_up 0, then
-# recovery). Needs HEART_FLEET_CLI and DATABASE_URL (scripts/test-all.sh sets both); installs
-# prometheus-client into target/console-venv when it is missing.
+# recovery); then the dashboard in a real browser (Debian's chromium, headless, driven by
+# puppeteer-core from npm) at 1280×800 and on a phone-sized screen, screenshots saved to
+# target/console-screenshots. Needs HEART_FLEET_CLI, DATABASE_URL and chromium
+# (scripts/test-all.sh provides all three); installs prometheus-client into target/console-venv
+# and puppeteer-core into host-examples/console/node_modules when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HEART_FLEET_CLI="${HEART_FLEET_CLI:-${CARGO_TARGET_DIR:-$PWD/target}/release/heart-fleet}"
@@ -17,3 +20,11 @@ trap 'rm -rf "$dir"' EXIT
 "$venv/bin/python" host-examples/console/test_console.py seed "$dir" >/dev/null
 "$venv/bin/python" host-examples/console/test_console.py api "$dir"
 "$venv/bin/python" host-examples/console/test_console.py outage
+
+# The browser gets a store of its own (the API checks above requeued the seeded run).
+command -v "${CHROMIUM:-chromium}" >/dev/null || { echo "test-console: no chromium (apt-get install chromium)" >&2; exit 2; }
+mkdir "$dir/browser"
+"$venv/bin/python" host-examples/console/test_console.py seed "$dir/browser" >/dev/null
+export SCREENSHOTS="${SCREENSHOTS:-$PWD/target/console-screenshots}"
+export CHROMIUM="$(command -v "${CHROMIUM:-chromium}")"
+(cd host-examples/console && { [ -d node_modules/puppeteer-core ] || npm ci --no-audit --no-fund; } && node browser.mjs "$dir/browser")
