@@ -261,12 +261,8 @@ impl AnyStore {
 
     /// Receipts in `heart_receipts` by event.
     pub fn receipt_counts(&mut self) -> Result<BTreeMap<String, u64>, StoreError> {
-        let stmt = Statement {
-            sql: "SELECT event, count(*) AS n FROM heart_receipts GROUP BY event ORDER BY event".into(),
-            params: vec![],
-        };
         let mut out = BTreeMap::new();
-        for row in self.query(&stmt)? {
+        for row in self.query(&heart_fleet_core::sql::readout::receipt_counts())? {
             match (row.first().map(|c| &c.1), row.get(1).map(|c| &c.1)) {
                 (Some(SqlValue::Text(event)), Some(SqlValue::Int(n))) => {
                     out.insert(event.clone(), u64::try_from(*n).unwrap_or(0));

@@ -85,6 +85,15 @@ pub fn status_counts(table: StatusTable) -> Statement {
     }
 }
 
+/// `event` and `n` (the count) per event in `heart_receipts`, by an index-only count
+/// (`idx_heart_receipts_event_at`).
+pub fn receipt_counts() -> Statement {
+    Statement {
+        sql: "SELECT event, count(*) AS n FROM heart_receipts GROUP BY event ORDER BY event".into(),
+        params: vec![],
+    }
+}
+
 /// The tables [`status_counts`] counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StatusTable {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use heart_fleet_core::receipt::HeartEvent;
 use heart_fleet_core::sql::readout::{self, LeaseGauges, StatusTable};
-use heart_fleet_core::sql::{SqlValue, Statement};
+use heart_fleet_core::sql::{Dialect, SqlValue, Statement};
 use heart_fleet_core::{ErrorCode, HeartError, InstanceStatus, RunStatus};
 use heart_fleet_stores::AnyStore;
 
@@ -47,12 +47,26 @@ fn counts(store: &mut AnyStore, stmt: &Statement, what: &str) -> Result<BTreeMap
 }
 
 impl StoreReading {
+    /// The statements one reading runs, in order, each with what it reads (the console's load
+    /// test shows the store's plan of each: `cargo run -p heart-fleet-host --example
+    /// console_plans`).
+    pub fn statements(dialect: Dialect) -> [(&'static str, Statement); 4] {
+        [
+            ("runs by status", readout::status_counts(StatusTable::Runs)),
+            ("instances by status", readout::status_counts(StatusTable::Instances)),
+            ("receipts by event", readout::receipt_counts()),
+            ("lease gauges", readout::lease_gauges(dialect)),
+        ]
+    }
+
     /// Reads the store.
     pub fn read(store: &mut AnyStore) -> Result<StoreReading, HeartError> {
-        let runs = counts(store, &readout::status_counts(StatusTable::Runs), "runs by status")?;
-        let instances = counts(store, &readout::status_counts(StatusTable::Instances), "instances by status")?;
-        let receipts = store.receipt_counts().map_err(|e| store_err("receipts by event", &e))?;
-        let rows = store.query(&readout::lease_gauges(store.dialect())).map_err(|e| store_err("lease gauges", &e))?;
+        let [(runs_what, runs), (instances_what, instances), (receipts_what, receipts), (leases_what, leases)] =
+            Self::statements(store.dialect());
+        let runs = counts(store, &runs, runs_what)?;
+        let instances = counts(store, &instances, instances_what)?;
+        let receipts = counts(store, &receipts, receipts_what)?;
+        let rows = store.query(&leases).map_err(|e| store_err(leases_what, &e))?;
         let leases = readout::decode_lease_gauges(&rows)?;
         Ok(StoreReading { runs, instances, receipts, leases })
     }
