@@ -13,7 +13,7 @@
 use std::process::ExitCode;
 
 use heart_fleet_core::sql::{Dialect, SqlValue, Statement};
-use heart_fleet_host::serve::metrics::StoreReading;
+use heart_fleet_host::store_reading::StoreReading;
 
 /// Tables that grow with the fleet's work: a scan of either makes a scrape's cost grow with them.
 const GROWING_TABLES: [&str; 2] = ["agent_runs", "heart_receipts"];

@@ -1,36 +1,29 @@
-//! The `heart-fleet` argument grammar and the dispatch to the commands.
+//! The `heart-fleet` argument grammar: what every command accepts, nothing that runs.
 //!
-//! Every command is one variant of [`Command`] with its own `Args` struct and one arm in
-//! [`run`]; options shared by several commands are small `Args` structs flattened into
-//! them ([`ReceiptsArg`] for `--receipts FILE`). A command writes its results to `out`
-//! and its diagnostics to `err` and returns an [`Exit`], so it can be tested without a
-//! process. Options every command shares are in [`Global`] (`--store URL`, `--engine`),
-//! marked `global = true` so they may stand before or after the subcommand. The commands on
-//! a store are in [`crate::commands`], the multi-process simulation in [`crate::procsim`].
+//! Every command is one variant of [`Command`] with its own `Args` struct, and one module
+//! in [`crate::commands`] that runs it; options shared by several commands are small `Args`
+//! structs flattened into them ([`ReceiptsArg`] for `--receipts FILE`). Options every
+//! command shares are in [`Global`] (`--store URL`, `--engine`, `--signing-key`), marked
+//! `global = true` so they may stand before or after the subcommand. Turning arguments into
+//! the simulators' configurations ([`SimulateArgs::sim_config`]) is here too, so the
+//! grammar's defaults live in one place.
 //!
-//! Exit statuses (see [`Exit`]): 0 success, 1 a check failed, 2 the command could not run
-//! (clap also exits with 2 on wrong arguments, after a one-line `error: ...` and usage), 3 a
-//! `simulate --processes` that ran out of `--max-seconds` before it could be judged.
+//! Exit statuses (see [`crate::Exit`]): 0 success, 1 a check failed, 2 the command could not
+//! run (clap also exits with 2 on wrong arguments, after a one-line `error: ...` and usage),
+//! 3 a `simulate --processes` that ran out of `--max-seconds` before it could be judged.
 
-use std::io::{BufRead, Write};
-use std::path::{Path, PathBuf};
-
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use heart_fleet_core::chain::Signer;
-use heart_fleet_core::receipt::ReceiptSink;
 
-use crate::Exit;
-use crate::canonical_cmd::{self, Form};
-use crate::chaos::{self, ChaosConfig, ChaosStore, history};
-use crate::commands;
+use crate::chaos::ChaosStore;
 use crate::engine::{EngineKind, EngineUnavailable, Prepared};
 use crate::keys::{self, KeyKind};
-use crate::procsim::{self, ProcConfig};
-use crate::receipts_file::{JsonlFileSink, SinkHealth};
-use crate::simulate::{self, Fault, SimConfig};
-use crate::verify_cmd;
+use crate::sim::Fault;
+use crate::sim::in_process::SimConfig;
 
 /// heart-fleet: fenced leases for fleets of workers, from the command line.
 ///
@@ -170,7 +163,7 @@ pub enum Command {
     /// `Authorization: Bearer <token>` with the token of --token-file and leave the same
     /// receipts as the CLI verbs; without --token-file the console is read-only. Binds to
     /// loopback unless --listen says otherwise; logs one line per request on stderr.
-    Serve(crate::serve::ServeArgs),
+    Serve(ServeArgs),
     /// A worker process of `simulate --processes` (started by it; not for people).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -623,343 +616,29 @@ impl SimulateArgs {
     }
 }
 
-/// Refuses a flag the simulation mode would not use: one line, exit 2.
-fn refuse_foreign_flags(args: &SimulateArgs, processes: bool, err: &mut dyn Write) -> Result<(), Exit> {
-    match args.foreign_flags(processes).first() {
-        Some((flag, why)) if processes => {
-            Err(commands::fail(err, Exit::Error, format!("simulate: {flag} cannot be used with --processes ({why})")))
-        }
-        Some((flag, why)) => {
-            Err(commands::fail(err, Exit::Error, format!("simulate: {flag} needs --processes ({why})")))
-        }
-        None => Ok(()),
-    }
+/// `serve`'s options.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The address to listen on. Loopback by default: give another address (0.0.0.0:9464)
+    /// to expose the console, preferably behind a proxy with TLS. Port 0 picks a free port
+    /// (the first line on stderr names it).
+    #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR:PORT")]
+    pub listen: SocketAddr,
+    /// A file whose content (trailing newline removed) is the bearer token operator actions
+    /// (requeue, force-release, drain) need. Without it the console is read-only.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// How long one request may wait for the store before it is answered 503.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    pub store_deadline_ms: u64,
+    /// Connections to the store (reads of /metrics share one read at a time).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub connections: usize,
 }
 
 fn probability(text: &str) -> Result<f64, String> {
     let p: f64 = text.parse().map_err(|e| format!("{e}"))?;
     if (0.0..=1.0).contains(&p) { Ok(p) } else { Err(format!("{p} is not a probability between 0 and 1")) }
-}
-
-/// Runs a parsed command line against the given streams.
-pub fn run(cli: Cli, input: &mut dyn BufRead, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
-    let g = &cli.global;
-    match cli.command {
-        Command::Canonicalize => canonical_cmd::run(Form::Canonical, input, out, err),
-        Command::Digest => canonical_cmd::run(Form::Digest, input, out, err),
-        Command::VerifyReceipts(args) => verify_cmd::run(g, &args, out, err),
-        Command::Keygen(args) => keygen(&args, out, err),
-        Command::Simulate(args) => match args.processes {
-            Some(n) => match refuse_foreign_flags(&args, true, err) {
-                Ok(()) => simulate_processes(g, &args, n, out, err),
-                Err(exit) => exit,
-            },
-            None if g.store.is_some() => commands::fail(
-                err,
-                Exit::Error,
-                "simulate --store needs --processes N: the in-process simulation runs on the memory store's \
-                 virtual clock; --processes runs real worker processes against the store",
-            ),
-            None => simulate_cmd(g, &args, out, err),
-        },
-        Command::Migrate => commands::migrate(g, out, err),
-        Command::Canary(args) => commands::canary(g, &args, out, err),
-        Command::Reclaim(args) => commands::reclaim(g, &args, out, err),
-        Command::Runs(args) => commands::runs(g, &args, out, err),
-        Command::Instances(args) => commands::instances(g, &args, out, err),
-        Command::Metrics => commands::metrics(g, out, err),
-        Command::Serve(args) => crate::serve::run(g, &args, err),
-        Command::Worker(args) => worker(g, &args, err),
-        Command::FleetChaos(args) => fleet_chaos(g, args, out, err),
-        Command::CheckHistory(args) => check_history(g, &args, out, err),
-        Command::ChaosWorker => chaos_worker(g, err),
-    }
-}
-
-fn keygen(args: &KeygenArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
-    match keys::keygen(args.kind, &args.out, args.public_out.as_deref()) {
-        Ok(lines) => match lines.iter().try_for_each(|l| writeln!(out, "{l}")).and_then(|()| out.flush()) {
-            Ok(()) => Exit::Success,
-            Err(e) => crate::io_failure(err, &e),
-        },
-        Err(e) => commands::fail(err, Exit::Error, format!("keygen: {e}")),
-    }
-}
-
-/// An opened `--receipts` file: the sink to hand to the fleet, and its health handle.
-pub type OpenedReceipts = (Box<dyn ReceiptSink>, SinkHealth);
-
-/// Opens the `--receipts` file, if any, its receipts signed by `signer`.
-pub fn open_receipts(
-    arg: &ReceiptsArg,
-    signer: &Arc<Signer>,
-    err: &mut dyn Write,
-) -> Result<Option<OpenedReceipts>, Exit> {
-    let Some(path) = arg.receipts.as_deref() else { return Ok(None) };
-    match JsonlFileSink::open(path, signer.clone()) {
-        Ok((sink, health)) => Ok(Some((Box::new(sink), health))),
-        Err(e) => {
-            let _ = writeln!(err, "heart-fleet: cannot open {}: {e}", path.display());
-            Err(Exit::Error)
-        }
-    }
-}
-
-/// Reports a receipts file that could not be written to: `Exit::Error` then.
-pub fn check_receipts(health: Option<&SinkHealth>, path: Option<&Path>, err: &mut dyn Write) -> Result<(), Exit> {
-    match health.and_then(SinkHealth::error) {
-        Some(e) => {
-            let shown = path.map(|p| p.display().to_string()).unwrap_or_default();
-            let _ = writeln!(err, "heart-fleet: receipts file {shown}: {e}");
-            Err(Exit::Error)
-        }
-        None => Ok(()),
-    }
-}
-
-fn simulate_cmd(g: &Global, args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
-    if let Err(exit) = refuse_foreign_flags(args, false, err) {
-        return exit;
-    }
-    let engine = match g.prepare_engine() {
-        Ok(engine) => engine,
-        Err(e) => return commands::fail(err, Exit::Error, e),
-    };
-    let cfg = args.sim_config();
-    let signer = match g.signer() {
-        Ok(signer) => signer,
-        Err(e) => return commands::fail(err, Exit::Error, e),
-    };
-    let (sink, health) = match open_receipts(&args.receipts, &signer, err) {
-        Ok(Some((sink, health))) => (Some(sink), Some(health)),
-        Ok(None) => (None, None),
-        Err(exit) => return exit,
-    };
-    let live = !(args.json || args.quiet);
-    let result = if live {
-        simulate::run_on(&engine, &cfg, sink, Some(&mut *out))
-    } else {
-        simulate::run_on(&engine, &cfg, sink, None)
-    };
-    let report = match result {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = writeln!(err, "heart-fleet: {e}");
-            return Exit::Error;
-        }
-    };
-    if let Err(exit) = check_receipts(health.as_ref(), args.receipts.receipts.as_deref(), err) {
-        return exit;
-    }
-    let written = if args.json {
-        match serde_json::to_string(&report) {
-            Ok(text) => writeln!(out, "{text}"),
-            Err(e) => {
-                let _ = writeln!(err, "heart-fleet: {e}");
-                return Exit::Error;
-            }
-        }
-    } else {
-        report.write_human(out)
-    };
-    if let Err(e) = written.and_then(|()| out.flush()) {
-        return crate::io_failure(err, &e);
-    }
-    report.verdict.exit()
-}
-
-fn simulate_processes(g: &Global, args: &SimulateArgs, n: u32, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
-    // Checked here (compiled once) so a missing component is one line before any worker starts.
-    if let Err(e) = g.engine.check() {
-        return commands::fail(err, Exit::Error, e);
-    }
-    let cfg = ProcConfig {
-        processes: n,
-        runs: args.runs,
-        effects: args.effects,
-        ttl_seconds: args.ttl_seconds,
-        kills: args.kills.unwrap_or(n),
-        seed: args.seed,
-        max_seconds: args.max_seconds.unwrap_or(DEFAULT_MAX_SECONDS),
-        work_ms: args.work_ms.unwrap_or(DEFAULT_WORK_MS),
-        effect_ms: 25,
-        engine: g.engine,
-        max_retries: args.max_retries,
-        fault: args.inject_fault,
-        signing_keys: g.signing_keys.clone(),
-    };
-    // The default is a fresh SQLite file of its own, never the embedded store.
-    let (url, temp) = match g.store.clone() {
-        Some(url) => (url, None),
-        None => {
-            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-            let path = std::env::temp_dir().join(format!("heart-fleet-simulate-{}-{nanos}.db", std::process::id()));
-            let url = format!("sqlite:{}", path.display());
-            if let Err(e) = heart_fleet_stores::open_migrated(&url) {
-                return commands::fail(err, Exit::Error, e);
-            }
-            (url, Some(path))
-        }
-    };
-    let signer = match g.signer() {
-        Ok(signer) => signer,
-        Err(e) => return commands::fail(err, Exit::Error, e),
-    };
-    let (sink, health) = match open_receipts(&args.receipts, &signer, err) {
-        Ok(Some((sink, health))) => (Some(sink), Some(health)),
-        Ok(None) => (None, None),
-        Err(exit) => return exit,
-    };
-    let live = !(args.json || args.quiet);
-    let result =
-        if live { procsim::run(&cfg, &url, sink, Some(&mut *out)) } else { procsim::run(&cfg, &url, sink, None) };
-    if let Some(path) = temp {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-        }
-    }
-    let report = match result {
-        Ok(r) => r,
-        Err(e) => return commands::fail(err, Exit::Error, format!("simulate: {e}")),
-    };
-    if let Err(exit) = check_receipts(health.as_ref(), args.receipts.receipts.as_deref(), err) {
-        return exit;
-    }
-    let written = if args.json {
-        match serde_json::to_string(&report) {
-            Ok(text) => writeln!(out, "{text}"),
-            Err(e) => return commands::fail(err, Exit::Error, e),
-        }
-    } else {
-        report.write_human(out)
-    };
-    if let Err(e) = written.and_then(|()| out.flush()) {
-        return crate::io_failure(err, &e);
-    }
-    report.verdict.exit()
-}
-
-fn worker(g: &Global, args: &WorkerArgs, err: &mut dyn Write) -> Exit {
-    let url = match g.store.clone().or_else(|| std::env::var(procsim::STORE_ENV).ok()) {
-        Some(u) => u,
-        None => return commands::fail(err, Exit::Error, "worker: no store (it is started by simulate --processes)"),
-    };
-    let cfg = procsim::WorkerConfig {
-        sim_id: args.sim_id.clone(),
-        name: args.name.clone(),
-        journal: args.journal.clone(),
-        ttl_seconds: args.ttl_seconds,
-        effects: args.effects,
-        work_ms: args.work_ms,
-        effect_ms: args.effect_ms,
-        deadline_ms: args.deadline_ms,
-        seed: args.seed,
-        engine: g.engine,
-        max_retries: args.max_retries,
-        fault: args.inject_fault,
-        signing_keys: g.signing_keys.clone(),
-    };
-    match procsim::run_worker(&url, cfg) {
-        Ok(()) => Exit::Success,
-        Err(e) => commands::fail(err, Exit::Error, format!("worker {}: {e}", args.name)),
-    }
-}
-
-fn fleet_chaos(g: &Global, args: FleetChaosArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
-    if g.store.is_some() {
-        return commands::fail(
-            err,
-            Exit::Error,
-            "fleet-chaos makes its own store: --store-kind, and --database-url for postgres",
-        );
-    }
-    if let Err(e) = EngineKind::Component.check() {
-        return commands::fail(err, Exit::Error, format!("fleet-chaos runs component workers too: {e}"));
-    }
-    let cfg = ChaosConfig {
-        store: args.store_kind,
-        seconds: args.seconds,
-        seed: args.seed,
-        database_url: args.database_url,
-        pooler_url: args.pooler_url,
-        restart_command: args.restart_command,
-        faketime: args.faketime,
-        node_worker: args.node_worker,
-        python: args.python,
-        python_worker: args.python_worker,
-        runs: args.runs,
-        ttl_seconds: args.ttl_seconds,
-        work_ms: args.work_ms,
-        dir: args.dir,
-    };
-    let result = if args.json { chaos::run(cfg, None) } else { chaos::run(cfg, Some(&mut *out)) };
-    let report = match result {
-        Ok(r) => r,
-        Err(e) => {
-            if args.json {
-                let _ = writeln!(out, "{}", serde_json::json!({ "errors": [e.clone()], "verdict": "fail" }));
-            }
-            return commands::fail(err, Exit::Error, format!("fleet-chaos: {e}"));
-        }
-    };
-    let written = if args.json { writeln!(out, "{}", report.to_json()) } else { report.write_human(out) };
-    if let Err(e) = written.and_then(|()| out.flush()) {
-        return crate::io_failure(err, &e);
-    }
-    if report.verdict == "pass" { Exit::Success } else { Exit::Failure }
-}
-
-fn read_history_arg(g: &Global, args: &CheckHistoryArgs) -> Result<history::History, String> {
-    match (&args.history, &g.store) {
-        (Some(path), None) => {
-            let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            serde_json::from_slice(&bytes).map_err(|e| format!("{}: not a history: {e}", path.display()))
-        }
-        (None, Some(url)) => {
-            let mut store = heart_fleet_stores::open(url).map_err(|e| e.to_string())?;
-            chaos::read_history(&mut store)
-        }
-        (Some(_), Some(_)) => Err("check-history takes --history FILE or --store URL, not both".into()),
-        (None, None) => Err("check-history needs --history FILE or --store URL".into()),
-    }
-}
-
-fn check_history(g: &Global, args: &CheckHistoryArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
-    let history = match read_history_arg(g, args) {
-        Ok(h) => h,
-        Err(e) => return commands::fail(err, Exit::Error, format!("check-history: {e}")),
-    };
-    let v = history::check(&history);
-    let verdict = if v.pass() { "pass" } else { "fail" };
-    let written = if args.json {
-        let mut value = serde_json::to_value(&v).unwrap_or_default();
-        value["verdict"] = serde_json::json!(verdict);
-        writeln!(out, "{value}")
-    } else {
-        let mut text = String::new();
-        for (name, n) in v.counts() {
-            text.push_str(&format!("{name} {n}\n"));
-        }
-        for f in &v.findings {
-            text.push_str(&format!("finding: {f}\n"));
-        }
-        writeln!(out, "{text}verdict: {verdict}")
-    };
-    if let Err(e) = written.and_then(|()| out.flush()) {
-        return crate::io_failure(err, &e);
-    }
-    if v.pass() { Exit::Success } else { Exit::Failure }
-}
-
-fn chaos_worker(g: &Global, err: &mut dyn Write) -> Exit {
-    let engine = match g.prepare_engine() {
-        Ok(e) => e,
-        Err(e) => return commands::fail(err, Exit::Error, e),
-    };
-    match chaos::worker::WorkerEnv::from_env().and_then(|env| chaos::worker::run(&engine, &env)) {
-        Ok(()) => Exit::Success,
-        Err(e) => commands::fail(err, Exit::Error, format!("chaos-worker: {e}")),
-    }
 }
 
 #[cfg(test)]

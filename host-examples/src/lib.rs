@@ -2,47 +2,46 @@
 //!
 //! The `heart-fleet` command-line tool over [`heart_fleet_core`], as a library so that
 //! every command can be tested without a process and new subcommands slot in beside the
-//! existing ones. `src/main.rs` only parses the arguments and calls [`cli::run`].
+//! existing ones. `src/main.rs` only parses the arguments and calls [`commands::run`].
 //!
-//! * [`cli`]: the argument grammar (clap) and the dispatch to the commands, with the exit
-//!   status convention of [`Exit`].
-//! * [`canonical_cmd`]: `canonicalize` and `digest`, JSON documents one per line.
+//! * [`cli`]: the argument grammar (clap): every command's options, nothing that runs.
+//! * [`commands`]: one module per command and [`commands::run`], the dispatch; the commands
+//!   on a store share [`commands::session`] (`--store URL`, default `sqlite:heart-fleet.db`,
+//!   over the stores of `heart-fleet-stores`). `serve`, the operator console (live Prometheus
+//!   metrics, a JSON API with operator actions behind a bearer token, a web dashboard), is
+//!   [`commands::serve`].
+//! * [`sim`]: the simulators, apart from the commands: the in-process fleet on the memory
+//!   store and `simulate --processes`, real worker processes on one SQL store; [`chaos`]:
+//!   `fleet-chaos`, a mixed fleet of Rust, component, Node and Python workers under faults.
+//! * [`engine`]: the fleet operations the commands and simulators use, behind the
+//!   [`engine::Engine`] trait: the native crate (`--engine native`, the default) or the
+//!   WebAssembly component through wasmtime (`--engine component`).
+//! * [`store_reading`]: the store's fleet-wide numbers (`metrics`, `/metrics`).
 //! * [`receipts_file`]: receipts as JSON Lines: the appending, chaining
-//!   [`receipts_file::JsonlFileSink`] behind every `--receipts FILE`.
-//! * [`verify_cmd`]: `verify-receipts`, a file or the store's table, through the core's chain
-//!   verifier.
+//!   [`receipts_file::JsonlFileSink`] behind every `--receipts FILE`; [`sinks`]: small
+//!   [`heart_fleet_core::receipt::ReceiptSink`]s that commands combine.
 //! * [`keys`]: fleet key files (`--signing-key`, `--key`, `--public-key`) and `keygen`.
-//! * [`sinks`]: small [`heart_fleet_core::receipt::ReceiptSink`]s that commands combine.
-//! * [`simulate`]: an in-process fleet on the core's memory store with crashes, pauses, a
-//!   sweeper and a reconciler, checked by bookkeeping of its own.
-//! * [`procsim`]: `simulate --processes N`: real worker processes on one shared SQL store,
-//!   some killed with SIGKILL, checked by journals, receipts and a receiving system's table.
-//! * [`commands`]: the commands on a store (`migrate`, `canary`, `reclaim`, `runs`,
-//!   `instances`, `metrics`), over the stores of
-//!   `heart-fleet-stores` (`--store URL`, default `sqlite:heart-fleet.db`).
-//! * [`engine`]: the fleet operations those commands use, behind the [`engine::Engine`]
-//!   trait: the native crate (`--engine native`, the default) or the WebAssembly component
-//!   through wasmtime (`--engine component`).
-//! * [`serve`]: `serve`, the operator console: live Prometheus metrics, a JSON API with
-//!   operator actions behind a bearer token, and a web dashboard, over HTTP.
-//! * [`rng`]: the deterministic generator the simulation draws from.
+//! * [`identity`]: the host name and default owner; [`rng`]: the deterministic generator the
+//!   simulations draw from.
+//!
+//! Modules depend downwards only: `commands` on `cli`, `sim`, `chaos` and the rest;
+//! `cli` on the value types it parses; `sim` and `chaos` on `engine`, `sinks`, `rng`; none of
+//! them on `commands`.
 //!
 //! The core does no I/O; everything that touches files, standard streams, or randomness
 //! lives here.
 
-pub mod canonical_cmd;
 pub mod chaos;
 pub mod cli;
 pub mod commands;
 pub mod engine;
+pub mod identity;
 pub mod keys;
-pub mod procsim;
 pub mod receipts_file;
 pub mod rng;
-pub mod serve;
-pub mod simulate;
+pub mod sim;
 pub mod sinks;
-pub mod verify_cmd;
+pub mod store_reading;
 
 use std::io::{self, Write};
 use std::process::ExitCode;

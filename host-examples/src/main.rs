@@ -1,10 +1,11 @@
 //! The `heart-fleet` binary: parses the arguments and hands them to
-//! [`heart_fleet_host::cli::run`] with the process's standard streams.
+//! [`heart_fleet_host::commands::run`] with the process's standard streams.
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use heart_fleet_host::cli::{Cli, run};
+use heart_fleet_host::cli::Cli;
+use heart_fleet_host::commands::run;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -20,7 +20,8 @@ mod common;
 use common::{cmd, fails, hf, json_lines, now_ms, ok, run_row, sqlite_store, temp_dir, text, uuid};
 use heart_fleet_core::{InstanceRow, InstanceStatus, RunStatus, Timestamp};
 use heart_fleet_host::Exit;
-use heart_fleet_host::cli::{self, Cli};
+use heart_fleet_host::cli::Cli;
+use heart_fleet_host::commands;
 use heart_fleet_wasmtime_host::FleetComponent;
 use serde_json::{Value, json};
 
@@ -209,7 +210,7 @@ fn reclaim_and_runs_list_through_the_component_match_the_native_crate() {
 fn in_process(args: &[&str]) -> (Exit, String, String) {
     let cli = Cli::try_parse_from(std::iter::once("heart-fleet").chain(args.iter().copied())).unwrap();
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let exit = cli::run(cli, &mut Cursor::new(Vec::new()), &mut out, &mut err);
+    let exit = commands::run(cli, &mut Cursor::new(Vec::new()), &mut out, &mut err);
     (exit, text(&out), text(&err))
 }
 

@@ -563,7 +563,7 @@ const HARD_COUNTS: [&str; 5] =
 #[test]
 fn every_injected_fault_makes_both_simulations_unsafe() {
     use clap::ValueEnum;
-    use heart_fleet_host::simulate::Fault;
+    use heart_fleet_host::sim::Fault;
     let dir = temp_dir("heart-store-cli");
     let faults: Vec<Fault> = Fault::value_variants().iter().copied().filter(|f| *f != Fault::None).collect();
     assert!(faults.len() >= 2, "{faults:?}");

@@ -15,7 +15,7 @@ use heart_fleet_core::chain::{LogExpectations, LogReport, verify_json_lines};
 
 use crate::Exit;
 use crate::cli::{Global, VerifyReceiptsArgs};
-use crate::commands::{fail, open_store};
+use crate::commands::session::{fail, open_store};
 use crate::keys;
 
 /// Runs `verify-receipts`.

@@ -19,8 +19,6 @@ pub mod metrics;
 pub mod pool;
 
 use std::io::Write;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,35 +28,14 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use clap::Args;
 use heart_fleet_core::{ErrorCode, HeartError};
 use heart_fleet_stores::{DEFAULT_STORE_URL, StoreTarget, redact};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use super::session::{fail, store_url};
 use crate::Exit;
-use crate::cli::Global;
-use crate::commands::{fail, store_url};
-
-/// `serve`'s options.
-#[derive(Debug, Clone, Args)]
-pub struct ServeArgs {
-    /// The address to listen on. Loopback by default: give another address (0.0.0.0:9464)
-    /// to expose the console, preferably behind a proxy with TLS. Port 0 picks a free port
-    /// (the first line on stderr names it).
-    #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR:PORT")]
-    pub listen: SocketAddr,
-    /// A file whose content (trailing newline removed) is the bearer token operator actions
-    /// (requeue, force-release, drain) need. Without it the console is read-only.
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
-    /// How long one request may wait for the store before it is answered 503.
-    #[arg(long, default_value_t = 5000, value_name = "MS")]
-    pub store_deadline_ms: u64,
-    /// Connections to the store (reads of /metrics share one read at a time).
-    #[arg(long, default_value_t = 4, value_name = "N")]
-    pub connections: usize,
-}
+use crate::cli::{Global, ServeArgs};
 
 /// What every handler shares.
 pub struct Console {

@@ -81,14 +81,15 @@ use heart_fleet_core::ops::{
     DEFAULT_RECONCILE_LIMIT, DEFAULT_RECONCILE_MAX_ATTEMPTS, DEFAULT_SWEEP_LIMIT, Fenced, ReleaseTo,
 };
 use heart_fleet_core::receipt::ReceiptSink;
-use heart_fleet_core::request::{StoreAnswer, StoreReply, StoreRequest};
+use heart_fleet_core::request::{StoreAnswer, StoreRequest};
 use heart_fleet_core::{
-    Counter, ErrorCode, FencingToken, HeartEvent, HeartMetrics, IntentRow, IntentState, LeaseStore, Ledger,
-    MemoryEffectLedger, MemoryStore, ProbeVerdict, RunRow, RunStatus, StoreError, Timestamp,
+    ErrorCode, FencingToken, HeartEvent, HeartMetrics, IntentRow, IntentState, LeaseStore, Ledger, MemoryEffectLedger,
+    MemoryStore, ProbeVerdict, RunRow, RunStatus, StoreError, Timestamp,
 };
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::{Fault, SafetyCounts, Verdict, metrics_text};
 use crate::engine::{Engine, Prepared};
 use crate::rng::SplitMix64;
 use crate::sinks::{FanoutSink, QueueSink, ReceiptQueue};
@@ -205,20 +206,9 @@ pub struct SimReport {
     pub reconciler_reopened: u64,
     /// Receipts emitted.
     pub receipts: u64,
-    /// Overlapping leases on a run, and effects fired inside another holder's lease.
-    pub exclusion_violations: u64,
-    /// Effects that fired more than once (each extra fire counts).
-    pub duplicate_effects: u64,
-    /// Effects fired by a worker whose token was not the run's live lease at that moment.
-    pub stale_commits: u64,
-    /// Runs not completed at the end.
-    pub unfinished_runs: u64,
-    /// Effects that never fired.
-    pub missing_effects: u64,
-    /// Renews or releases accepted after the lease had ended.
-    pub zombie_writes: u64,
-    /// Effects without exactly one `effect_committed` receipt.
-    pub receipt_mismatches: u64,
+    /// The seven safety counts (top-level keys of the JSON report).
+    #[serde(flatten)]
+    pub safety: SafetyCounts,
     /// Whether every safety count is zero.
     pub safe: bool,
     /// `safe` or `unsafe` (the in-process simulation always finishes: its clock is virtual).
@@ -229,44 +219,7 @@ pub struct SimReport {
     pub metrics: HeartMetrics,
 }
 
-/// What a simulation proved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Verdict {
-    /// Every safety count is 0 (exit 0).
-    Safe,
-    /// A safety count is not 0 (exit 1).
-    Unsafe,
-    /// `simulate --processes` reached its `--max-seconds` bound first; no safety count is
-    /// non-zero but those its unfinished runs explain (exit 3): it proved nothing either way.
-    DidNotFinish,
-}
-
-impl Verdict {
-    /// The exit status of the verdict.
-    pub fn exit(self) -> crate::Exit {
-        match self {
-            Verdict::Safe => crate::Exit::Success,
-            Verdict::Unsafe => crate::Exit::Failure,
-            Verdict::DidNotFinish => crate::Exit::Unfinished,
-        }
-    }
-}
-
 impl SimReport {
-    /// The safety counts by name, in report order.
-    pub fn safety_counts(&self) -> [(&'static str, u64); 7] {
-        [
-            ("exclusion_violations", self.exclusion_violations),
-            ("duplicate_effects", self.duplicate_effects),
-            ("stale_commits", self.stale_commits),
-            ("unfinished_runs", self.unfinished_runs),
-            ("missing_effects", self.missing_effects),
-            ("zombie_writes", self.zombie_writes),
-            ("receipt_mismatches", self.receipt_mismatches),
-        ]
-    }
-
     /// The report for people.
     pub fn write_human(&self, out: &mut dyn Write) -> io::Result<()> {
         let retries = self.max_retries.map_or_else(|| "unlimited".to_owned(), |m| m.to_string());
@@ -313,7 +266,7 @@ impl SimReport {
         )?;
         writeln!(out, "metrics: {}", metrics_text(&self.metrics))?;
         writeln!(out, "safety:")?;
-        for (name, n) in self.safety_counts() {
+        for (name, n) in self.safety.named() {
             writeln!(out, "  {name:<22} {n}")?;
         }
         if self.safe {
@@ -322,11 +275,6 @@ impl SimReport {
             writeln!(out, "result: UNSAFE")
         }
     }
-}
-
-/// `name=value` for the 13 counters, in the reference's order.
-pub fn metrics_text(m: &HeartMetrics) -> String {
-    Counter::ALL.iter().map(|c| format!("{}={}", c.name(), m.get(*c))).collect::<Vec<_>>().join(" ")
 }
 
 /// A simulation that could not go on: an operation failed in a way no fault explains.
@@ -351,73 +299,6 @@ impl std::error::Error for SimError {}
 /// who really holds the run at the moment the effect fires.
 #[derive(Debug, Clone)]
 struct SharedStore(Rc<RefCell<MemoryStore>>, Fault);
-
-/// A deliberately broken store (`--inject-fault`), to show that the safety report is
-/// not vacuous: with one of these the report must come out unsafe.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Fault {
-    /// A correct store.
-    #[default]
-    None,
-    /// Every run write applies whatever its condition: no fencing at all.
-    NoFencing,
-    /// Every intent claim succeeds and every intent write applies: no durable effect ledger.
-    NoLedger,
-}
-
-impl Fault {
-    /// The command-line name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fault::None => "none",
-            Fault::NoFencing => "no-fencing",
-            Fault::NoLedger => "no-ledger",
-        }
-    }
-
-    /// The request as the broken store sees it.
-    pub(crate) fn corrupt(self, req: StoreRequest) -> StoreRequest {
-        use heart_fleet_core::request::Cond;
-        match (self, req) {
-            (Fault::NoFencing, StoreRequest::UpdateRun { run_id, set, want_before, .. }) => {
-                StoreRequest::UpdateRun { run_id, when: Cond::True, set, want_before }
-            }
-            (Fault::NoLedger, StoreRequest::UpdateIntent { run_id, effect_key, set, log, .. }) => {
-                StoreRequest::UpdateIntent { run_id, effect_key, when: Cond::True, set, log }
-            }
-            (_, req) => req,
-        }
-    }
-}
-
-impl Fault {
-    /// The answer as the broken store gives it: without a ledger, every claim wins.
-    pub(crate) fn corrupt_answer(self, answer: &mut StoreAnswer) {
-        if let (Fault::NoLedger, StoreReply::Claim { claimed, intent }) = (self, &mut answer.reply) {
-            *claimed = true;
-            intent.state = IntentState::Intent;
-        }
-    }
-}
-
-/// Any store broken on purpose by a [`Fault`] (the same faults as the in-process memory
-/// store's): `simulate --processes --inject-fault` runs every worker and the sweeper over one.
-#[derive(Debug, Clone)]
-pub struct FaultyStore<S> {
-    /// The real store.
-    pub inner: S,
-    /// What is broken (`Fault::None`: nothing).
-    pub fault: Fault,
-}
-
-impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
-    fn execute(&mut self, req: StoreRequest) -> Result<StoreAnswer, StoreError> {
-        let mut answer = self.inner.execute(self.fault.corrupt(req))?;
-        self.fault.corrupt_answer(&mut answer);
-        Ok(answer)
-    }
-}
 
 impl SharedStore {
     fn read<R>(&self, f: impl FnOnce(&MemoryStore) -> R) -> Result<R, String> {
@@ -1124,19 +1005,21 @@ impl<'a> Sim<'a> {
             reconciler_committed: self.tally.reconciler_committed,
             reconciler_reopened: self.tally.reconciler_reopened,
             receipts: b.receipts,
-            exclusion_violations: exclusion,
-            duplicate_effects: duplicate,
-            stale_commits: stale,
-            unfinished_runs: unfinished,
-            missing_effects: missing,
-            zombie_writes: b.zombie_writes,
-            receipt_mismatches: mismatches,
+            safety: SafetyCounts {
+                exclusion_violations: exclusion,
+                duplicate_effects: duplicate,
+                stale_commits: stale,
+                unfinished_runs: unfinished,
+                missing_effects: missing,
+                zombie_writes: b.zombie_writes,
+                receipt_mismatches: mismatches,
+            },
             safe: false,
             verdict: Verdict::Unsafe,
             final_time: now.to_iso(),
             metrics: self.fleet.metrics(),
         };
-        report.safe = report.safety_counts().iter().all(|(_, n)| *n == 0);
+        report.safe = report.safety.all_zero();
         report.verdict = if report.safe { Verdict::Safe } else { Verdict::Unsafe };
         Ok(report)
     }
@@ -1252,8 +1135,8 @@ mod tests {
                 SimConfig { seed, crash_rate: 0.2, pause_rate: 0.2, fault: Fault::NoFencing, ..SimConfig::default() };
             let r = run(&cfg, None, None).unwrap();
             assert!(!r.safe, "seed {seed}");
-            exclusion += r.exclusion_violations;
-            stale += r.stale_commits;
+            exclusion += r.safety.exclusion_violations;
+            stale += r.safety.stale_commits;
         }
         assert!(exclusion > 0 && stale > 0, "{exclusion} {stale}");
     }
@@ -1264,7 +1147,7 @@ mod tests {
         for seed in 1..=5 {
             let cfg = SimConfig { seed, crash_rate: 0.2, fault: Fault::NoLedger, ..SimConfig::default() };
             let r = run(&cfg, None, None).unwrap();
-            duplicates += r.duplicate_effects;
+            duplicates += r.safety.duplicate_effects;
         }
         assert!(duplicates > 0);
     }

@@ -111,9 +111,9 @@ use heart_fleet_stores::{AnyStore, StoreTarget, Tx, redact};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::{Fault, FaultyStore, SafetyCounts, Verdict, metrics_text};
 use crate::engine::{Engine, EngineKind};
 use crate::rng::SplitMix64;
-use crate::simulate::{Fault, FaultyStore, Verdict};
 use crate::sinks::FanoutSink;
 
 /// The environment variable that hands the store URL to workers (kept out of `ps`).
@@ -235,20 +235,9 @@ pub struct ProcReport {
     /// Receipts whose insert the process saw fail (and journaled) that are in the table all
     /// the same: the statement reached the server after the client had given up on it.
     pub receipts_landed_after_store_errors: u64,
-    /// Overlapping leases on a run, and deliveries inside another holder's lease.
-    pub exclusion_violations: u64,
-    /// Deliveries of an effect beyond its first.
-    pub duplicate_effects: u64,
-    /// Deliveries whose token was not the run's live lease, or unannounced.
-    pub stale_commits: u64,
-    /// Runs not completed at the end.
-    pub unfinished_runs: u64,
-    /// Effects never delivered (or reported sent without a delivery).
-    pub missing_effects: u64,
-    /// Renews or releases accepted after their lease had ended.
-    pub zombie_writes: u64,
-    /// Receipts that do not verify or do not match the deliveries.
-    pub receipt_mismatches: u64,
+    /// The seven safety counts (top-level keys of the JSON report).
+    #[serde(flatten)]
+    pub safety: SafetyCounts,
     /// Whether every safety count is zero.
     pub safe: bool,
     /// `safe`, `unsafe`, or `did-not-finish`: the time bound came first and no safety count
@@ -265,19 +254,6 @@ pub struct ProcReport {
 }
 
 impl ProcReport {
-    /// The safety counts by name, in report order.
-    pub fn safety_counts(&self) -> [(&'static str, u64); 7] {
-        [
-            ("exclusion_violations", self.exclusion_violations),
-            ("duplicate_effects", self.duplicate_effects),
-            ("stale_commits", self.stale_commits),
-            ("unfinished_runs", self.unfinished_runs),
-            ("missing_effects", self.missing_effects),
-            ("zombie_writes", self.zombie_writes),
-            ("receipt_mismatches", self.receipt_mismatches),
-        ]
-    }
-
     /// The report for people.
     pub fn write_human(&self, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, "== heart-fleet simulate report (processes) ==")?;
@@ -321,9 +297,9 @@ impl ProcReport {
             self.receipts_lost_to_store_errors,
             self.receipts_landed_after_store_errors
         )?;
-        writeln!(out, "sweeper metrics: {}", crate::simulate::metrics_text(&self.metrics))?;
+        writeln!(out, "sweeper metrics: {}", metrics_text(&self.metrics))?;
         writeln!(out, "safety:")?;
-        for (name, n) in self.safety_counts() {
+        for (name, n) in self.safety.named() {
             writeln!(out, "  {name:<22} {n}")?;
         }
         match self.verdict {
@@ -333,7 +309,7 @@ impl ProcReport {
                 out,
                 "result: DID NOT FINISH (the --max-seconds bound of {} s came first, {} runs unfinished; no other \
                  safety count is non-zero: this run proves nothing either way)",
-                self.max_seconds, self.unfinished_runs
+                self.max_seconds, self.safety.unfinished_runs
             ),
         }
     }
@@ -750,7 +726,7 @@ impl Worker {
 
     fn instance_heartbeat(&mut self) -> Result<(), String> {
         if !self.fleet.heartbeat_instance(&self.owner).map_err(err_text)? {
-            let host = crate::commands::hostname();
+            let host = crate::identity::hostname();
             self.fleet
                 .register_instance(&self.owner, Some(&host), Some(i64::from(std::process::id())))
                 .map_err(err_text)?;
@@ -1407,13 +1383,15 @@ impl Parent<'_> {
             receipts_lost_to_kills: b.receipts_lost_to_kills,
             receipts_lost_to_store_errors: lost_count + b.receipts_lost_to_store_errors,
             receipts_landed_after_store_errors: landed_late,
-            exclusion_violations: b.exclusion_violations,
-            duplicate_effects: b.duplicate_effects,
-            stale_commits: b.stale_commits,
-            unfinished_runs: unfinished,
-            missing_effects: b.missing_effects,
-            zombie_writes: b.zombie_writes,
-            receipt_mismatches: b.receipt_mismatches,
+            safety: SafetyCounts {
+                exclusion_violations: b.exclusion_violations,
+                duplicate_effects: b.duplicate_effects,
+                stale_commits: b.stale_commits,
+                unfinished_runs: unfinished,
+                missing_effects: b.missing_effects,
+                zombie_writes: b.zombie_writes,
+                receipt_mismatches: b.receipt_mismatches,
+            },
             safe: false,
             verdict: Verdict::Unsafe,
             final_time: now.to_iso(),
@@ -1421,16 +1399,17 @@ impl Parent<'_> {
             receipts_by_event: by_event,
             receipts_lost_by_event: lost_by_event,
         };
-        report.safe = report.safety_counts().iter().all(|(_, n)| *n == 0);
+        report.safe = report.safety.all_zero();
         // Out of time: unfinished runs and their undelivered effects are what a stop explains;
         // any other non-zero count is a violation whether or not the fleet finished.
         let unexplained = report
-            .safety_counts()
+            .safety
+            .named()
             .iter()
             .filter(|(name, _)| !matches!(*name, "unfinished_runs" | "missing_effects"))
             .map(|(_, n)| *n)
             .sum::<u64>()
-            + report.missing_effects.saturating_sub(missing_unfinished);
+            + report.safety.missing_effects.saturating_sub(missing_unfinished);
         report.verdict = match (report.safe, quiescent) {
             (true, _) => Verdict::Safe,
             (false, false) if unexplained == 0 => Verdict::DidNotFinish,

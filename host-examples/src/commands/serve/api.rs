@@ -25,10 +25,10 @@ use heart_fleet_stores::AnyStore;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::metrics::StoreReading;
 use super::{ApiError, Console, authorize};
 use crate::cli::ReceiptsArg;
-use crate::commands::Session;
+use crate::commands::session::Session;
+use crate::store_reading::StoreReading;
 
 /// The query parameters of a route; a malformed query string is `400 invalid-input`.
 pub struct Params(BTreeMap<String, String>);
