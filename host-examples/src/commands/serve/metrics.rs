@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::ApiError;
 use super::pool::StorePool;
 use crate::store_reading::{StoreReading, family, sample, sample_f};
 
@@ -63,13 +64,18 @@ impl ProcessCounters {
                 *n,
             );
         }
-        family(out, "heart_fleet_console_store_reads_total", "counter", "Reads of the store for /metrics.");
+        family(
+            out,
+            "heart_fleet_console_store_reads_total",
+            "counter",
+            "Reads of the store for /metrics and /api/summary (concurrent requests share one).",
+        );
         sample(out, "heart_fleet_console_store_reads_total", &[], c.scrapes);
         family(
             out,
             "heart_fleet_console_store_read_errors_total",
             "counter",
-            "Reads of the store for /metrics that failed.",
+            "Reads of the store for /metrics and /api/summary that failed.",
         );
         sample(out, "heart_fleet_console_store_read_errors_total", &[], c.scrape_errors);
         family(
@@ -89,7 +95,7 @@ impl ProcessCounters {
 #[derive(Debug, Clone)]
 struct Read {
     started: Instant,
-    result: Result<Arc<StoreReading>, String>,
+    result: Result<Arc<StoreReading>, ApiError>,
 }
 
 /// Shares store reads among concurrent scrapes (see the module docs).
@@ -101,34 +107,38 @@ pub struct Scraper {
 }
 
 impl Scraper {
-    /// The exposition: a store read that started after this call, and the process's counters.
-    pub async fn scrape(&self, pool: &Arc<StorePool>, counters: &ProcessCounters) -> String {
+    /// A store reading that started after this call: the last one if it did, else a new one
+    /// (one at a time; the scrapes and summaries waiting meanwhile share it).
+    pub async fn reading(
+        &self,
+        pool: &Arc<StorePool>,
+        counters: &ProcessCounters,
+    ) -> Result<Arc<StoreReading>, ApiError> {
         let arrived = Instant::now();
-        let read = {
-            let _turn = self.turn.lock().await;
-            let fresh =
-                self.last.lock().unwrap_or_else(PoisonError::into_inner).clone().filter(|r| r.started >= arrived);
-            match fresh {
-                Some(read) => read,
-                None => {
-                    let started = Instant::now();
-                    let result = pool.run("metrics", StoreReading::read).await.map(Arc::new).map_err(|e| e.message);
-                    let mut c = counters.counts();
-                    c.scrapes += 1;
-                    c.scrape_errors += u64::from(result.is_err());
-                    c.last_scrape = started.elapsed();
-                    drop(c);
-                    let read = Read { started, result };
-                    *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(read.clone());
-                    read
-                }
-            }
-        };
+        let _turn = self.turn.lock().await;
+        let fresh = self.last.lock().unwrap_or_else(PoisonError::into_inner).clone().filter(|r| r.started >= arrived);
+        if let Some(read) = fresh {
+            return read.result;
+        }
+        let started = Instant::now();
+        let result = pool.run("metrics", StoreReading::read).await.map(Arc::new);
+        let mut c = counters.counts();
+        c.scrapes += 1;
+        c.scrape_errors += u64::from(result.is_err());
+        c.last_scrape = started.elapsed();
+        drop(c);
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(Read { started, result: result.clone() });
+        result
+    }
+
+    /// The exposition: a shared store reading (see [`Scraper::reading`]) and the process's counters.
+    pub async fn scrape(&self, pool: &Arc<StorePool>, counters: &ProcessCounters) -> String {
+        let result = self.reading(pool, counters).await;
         let mut out = String::new();
-        if let Ok(reading) = &read.result {
+        if let Ok(reading) = &result {
             reading.render(&mut out);
         }
-        counters.render(&mut out, read.result.is_ok());
+        counters.render(&mut out, result.is_ok());
         out
     }
 }
