@@ -1,5 +1,7 @@
 // Builds the package, twice: pkg/ (the full build) and pkg-edge/ (the edge build: no SQL
-// rendering for PgLeaseStore, no conformance replay; 24 % smaller). Run from anywhere:
+// rendering for PgLeaseStore, no conformance replay, no receipt-log verifier; 24 % smaller).
+// pkg/ also gets the verifier as a second module, heart_fleet_receipts_bg.wasm
+// (bindings-wasm/receipts-bindgen, the same three steps). Run from anywhere:
 // `node bindings-wasm/bindgen/build.mjs`, or `npm run build` in this folder. For each:
 //
 //   1. cargo build -p heart-fleet-wasm --target wasm32-unknown-unknown --profile wasm
@@ -70,6 +72,22 @@ for (const v of variants) {
   sizes.push([v.name, rawSize, statSync(bg).size, statSync(optimized).size]);
 }
 
+// The receipt-log verifier (bindings-wasm/receipts-bindgen): a module of its own, in pkg/ only
+// (the edge build's budget leaves it out), loaded by js/init.mjs beside the lease module.
+const receiptsRaw = join(meta.target_directory, 'wasm32-unknown-unknown', 'wasm', 'heart_fleet_receipts_wasm.wasm');
+const receiptsGlue = join(build, 'receipts', 'glue');
+run('cargo', ['build', '-p', 'heart-fleet-receipts-wasm', '--target', 'wasm32-unknown-unknown', '--profile', 'wasm']);
+rmSync(receiptsGlue, { recursive: true, force: true });
+run('wasm-bindgen', ['--target', 'web', '--out-dir', receiptsGlue, '--out-name', 'heart_fleet_receipts_wasm', receiptsRaw]);
+{
+  const bg = join(receiptsGlue, 'heart_fleet_receipts_wasm_bg.wasm');
+  const optimized = join(here, 'pkg', 'heart_fleet_receipts_bg.wasm');
+  const features = ['bulk-memory', 'nontrapping-float-to-int', 'sign-ext', 'mutable-globals', 'multivalue', 'reference-types'];
+  run(bin('wasm-opt'), ['-Oz', ...features.map((f) => `--enable-${f}`), bg, '-o', optimized]);
+  rmSync(join(here, 'pkg-edge', 'heart_fleet_receipts_bg.wasm'), { force: true });
+  sizes.push(['pkg (receipt verifier)', statSync(receiptsRaw).size, statSync(bg).size, statSync(optimized).size]);
+}
+
 // 4. The API module: the Node package's own export list (index.mjs), over its index.cjs.
 const indexMjs = readFileSync(join(nodePkg, 'index.mjs'), 'utf8');
 const names = [...indexMjs.matchAll(/^export const (\w+) = cjs\.\1;$/gm)].map((m) => m[1]);
@@ -98,6 +116,10 @@ for (const v of variants) {
     name: 'glue',
     setup(b) {
       b.onResolve({ filter: /^heart-fleet-glue$/ }, () => ({ path: join(build, v.name, 'glue', 'heart_fleet_wasm.js') }));
+      // The verifier's glue in pkg/; in pkg-edge/ a module that says it is absent.
+      b.onResolve({ filter: /^heart-fleet-receipts-glue$/ }, () => ({
+        path: v.name === 'pkg' ? join(receiptsGlue, 'heart_fleet_receipts_wasm.js') : join(here, 'js', 'no-receipts.mjs'),
+      }));
     },
   };
   await esbuild.build({

@@ -4,13 +4,12 @@
 // (the constants it exports come from the core).
 
 import * as glue from 'heart-fleet-glue';
+import * as receipts from 'heart-fleet-receipts-glue';
 import native from './native-slot.cjs';
 
-const WASM = 'heart_fleet_bg.wasm';
-
-/** The bytes of the .wasm next to this file: Deno.readFile, node:fs, or fetch. */
-async function wasmBytes() {
-  const url = new URL(WASM, import.meta.url);
+/** The bytes of a .wasm next to this file: Deno.readFile, node:fs, or fetch. */
+async function wasmBytes(name) {
+  const url = new URL(name, import.meta.url);
   if (url.protocol === 'file:') {
     if (typeof Deno !== 'undefined' && typeof Deno.readFile === 'function') return Deno.readFile(url);
     const fs = await import('node:fs/promises');
@@ -21,13 +20,24 @@ async function wasmBytes() {
   return new Uint8Array(await res.arrayBuffer());
 }
 
-glue.initSync({ module: await wasmBytes() });
+// The lease module and (full build only) the receipt-log verifier, fetched side by side.
+const [leaseBytes, verifierBytes] = await Promise.all([
+  wasmBytes('heart_fleet_bg.wasm'),
+  receipts.initSync ? wasmBytes('heart_fleet_receipts_bg.wasm') : null,
+]);
+glue.initSync({ module: leaseBytes });
 for (const [name, value] of Object.entries(glue)) {
   if (name !== 'default' && name !== 'initSync') native[name] = value;
 }
+if (verifierBytes) {
+  receipts.initSync({ module: verifierBytes });
+  native.verifyReceiptsJson = receipts.verifyReceiptsJson;
+}
 
-// The edge build leaves out the SQL rendering (PgLeaseStore) and the scenario replay: what
-// needs them fails with a coded error that says so, not a TypeError from deep inside.
+// The edge build leaves out the SQL rendering (PgLeaseStore), the scenario replay and the
+// receipt-log verifier (with its signature crates about 100 KB of wasm, more than the edge
+// budget leaves): what needs them fails with a coded error that says so, not a TypeError
+// from deep inside.
 function missing(what) {
   return () => {
     const e = new Error(`${what} is not in the edge build of heart-fleet-wasm (pkg-edge); use the full build (pkg)`);
@@ -38,10 +48,4 @@ function missing(what) {
 for (const name of ['sqlRender', 'sqlDecode', 'sqlMigrationPlan', 'sqlReceiptInsert', 'nativeReplay', 'scenarioConfig']) {
   if (typeof native[name] !== 'function') native[name] = missing(name);
 }
-// Neither build has the receipt chain's verifier: with its signature crates it is about 100 KB of
-// wasm, more than either build's size budget leaves.
-native.verifyReceiptsJson = () => {
-  const e = new Error('verifyReceipts is not in heart-fleet-wasm (its size budget leaves the receipt chain out); verify logs with the Node package, Python or the heart-fleet CLI');
-  e.code = 'invalid-state';
-  throw e;
-};
+if (typeof native.verifyReceiptsJson !== 'function') native.verifyReceiptsJson = missing('verifyReceipts');

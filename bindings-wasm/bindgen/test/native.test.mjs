@@ -203,9 +203,15 @@ test(`PgLeaseStore in the ${build} build: renders SQL (pkg), or says it is not i
   }
 });
 
-test(`verifyReceipts in the ${build} build says it is not in heart-fleet-wasm`, () => {
-  assert.throws(
-    () => api.verifyReceipts('', {}),
-    (e) => e.code === 'invalid-state' && /not in heart-fleet-wasm/.test(e.message),
-  );
+test(`verifyReceipts in the ${build} build: the verifier module (pkg), or says it is not in the edge build (pkg-edge)`, () => {
+  if (build === 'pkg') {
+    const report = api.verifyReceipts('', {});
+    assert.deepEqual([report.receipts, report.findings], [0, []]);
+    assert.throws(() => api.verifyReceipts('not json\n', {}), (e) => e.code === 'invalid-input' && /line 1/.test(e.message));
+  } else {
+    assert.throws(
+      () => api.verifyReceipts('', {}),
+      (e) => e.code === 'invalid-state' && /verifyReceipts is not in the edge build/.test(e.message),
+    );
+  }
 });

@@ -356,10 +356,56 @@ sc("operator-requeue-and-force-release", "DESIGN beyond: operators can act", "Re
    runs=[run(), run(R2, status="quarantined", retries=6)])
 
 # ---------------- the receipt chain (verifyReceipts) ----------------
-# Logs built here from first principles (the reference digest, the chain's link and HMAC), so
-# the scenarios pin the format rather than echo the implementation. Ed25519 signatures are not
-# made here (the standard library has no Ed25519); the bindings' tests check them against the CLI.
+# Logs built here from first principles (the reference digest, the chain's link, its HMAC and
+# its Ed25519 signature), so the scenarios pin the format rather than echo the implementation.
 import hashlib, hmac
+
+# Ed25519 (RFC 8032, section 6's reference code; the standard library has none). Slow, small,
+# and checked against the RFC's first test vector below.
+ED_P = 2**255 - 19
+ED_L = 2**252 + 27742317777372353535851937790883648493
+ED_D = -121665 * pow(121666, ED_P - 2, ED_P) % ED_P
+ED_SQRT_M1 = pow(2, (ED_P - 1) // 4, ED_P)
+def ed_add(P, Q):
+    A, B = (P[1] - P[0]) * (Q[1] - Q[0]) % ED_P, (P[1] + P[0]) * (Q[1] + Q[0]) % ED_P
+    C, D = 2 * P[3] * Q[3] * ED_D % ED_P, 2 * P[2] * Q[2] % ED_P
+    E, F, G_, H = B - A, D - C, D + C, B + A
+    return (E * F % ED_P, G_ * H % ED_P, F * G_ % ED_P, E * H % ED_P)
+def ed_mul(s, P):
+    Q = (0, 1, 1, 0)
+    while s > 0:
+        if s & 1: Q = ed_add(Q, P)
+        P = ed_add(P, P); s >>= 1
+    return Q
+def ed_recover_x(y, sign):
+    x2 = (y * y - 1) * pow(ED_D * y * y + 1, ED_P - 2, ED_P)
+    x = pow(x2, (ED_P + 3) // 8, ED_P)
+    if (x * x - x2) % ED_P != 0: x = x * ED_SQRT_M1 % ED_P
+    assert (x * x - x2) % ED_P == 0
+    return ED_P - x if (x & 1) != sign else x
+ED_GY = 4 * pow(5, ED_P - 2, ED_P) % ED_P
+ED_GX = ed_recover_x(ED_GY, 0)
+ED_G = (ED_GX, ED_GY, 1, ED_GX * ED_GY % ED_P)
+def ed_compress(P):
+    zinv = pow(P[2], ED_P - 2, ED_P)
+    x, y = P[0] * zinv % ED_P, P[1] * zinv % ED_P
+    return int.to_bytes(y | ((x & 1) << 255), 32, "little")
+def ed_expand(seed):
+    h = hashlib.sha512(seed).digest()
+    a = int.from_bytes(h[:32], "little") & ((1 << 254) - 8) | (1 << 254)
+    return a, h[32:]
+def ed_public(seed): return ed_compress(ed_mul(ed_expand(seed)[0], ED_G))
+def ed_sign(seed, msg):
+    a, prefix = ed_expand(seed)
+    A = ed_compress(ed_mul(a, ED_G))
+    r = int.from_bytes(hashlib.sha512(prefix + msg).digest(), "little") % ED_L
+    R_ = ed_compress(ed_mul(r, ED_G))
+    h = int.from_bytes(hashlib.sha512(R_ + A + msg).digest(), "little") % ED_L
+    return R_ + int.to_bytes((r + h * a) % ED_L, 32, "little")
+_rfc = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+assert ed_public(_rfc).hex() == "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
+assert ed_sign(_rfc, b"").hex() == ("e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb882"
+                                    "1590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b")
 def canon(obj): return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 def receipt(ev, owner, at, exp=None, rid=R, key=None):
     body = {"event": ev, "runId": rid, "owner": owner, "leaseExpiresAt": exp, "effectKey": key}
@@ -370,12 +416,13 @@ KEY = bytes(range(32)); OTHER_KEY = bytes(range(32, 64))
 def key_text(k): return "heart-fleet-hmac-sha256-key:" + k.hex()
 def link(r, seq, prev):
     return "sha256:heart-chain:v1:" + hashlib.sha256(canon({"at": r["at"], "digest": r["digest"], "prev": prev, "runId": r["runId"], "seq": seq}).encode()).hexdigest()
-def chained(receipts, key=None):
+def chained(receipts, key=None, ed_seed=None):
     heads, out = {}, []
     for r in receipts:
         seq, prev = heads.get(r["runId"], (0, None)); seq += 1
         c = dict(r, seq=seq, prev=prev, link=link(r, seq, prev))
         if key: c["hmac"] = "hmac-sha256:" + hmac.new(key, c["link"].encode(), hashlib.sha256).hexdigest()
+        if ed_seed: c["sig"] = "ed25519:" + ed_sign(ed_seed, c["link"].encode()).hex()
         heads[r["runId"]] = (seq, c["link"]); out.append(c)
     return out
 def at(s): return iso("00:00:%06.3f" % s)
@@ -419,6 +466,28 @@ sc("receipt-chain-verify", "issue: receipts that prove completeness and origin",
     vr({"error": "invalid-input"}, LOG, keys=K),
     vr({"error": "invalid-input"}, LOG, key="heart-fleet-hmac-sha256-key:00"),
     vr({"error": "invalid-input"}, LOG, finalSeq={R: 0})],
+   runs=[])
+
+ED_SEED, OTHER_ED_SEED = bytes(range(64, 96)), bytes(range(96, 128))
+def public_text(seed): return "heart-fleet-ed25519-public-key:" + ed_public(seed).hex()
+PUB = public_text(ED_SEED)
+ED_LOG = chained(plain, ed_seed=ED_SEED)
+BOTH = chained(plain, KEY, ED_SEED)
+ed_stripped = [dict(c) for c in ED_LOG]; del ed_stripped[4]["sig"]
+sc("receipt-chain-ed25519", "issue: receipts that prove completeness and origin", "An Ed25519-signed chain (RFC 8032 signatures of each link, made here from first principles) verifies with the fleet's public key and counts every receipt signed; another fleet's public key finds every signature invalid; a receipt whose signature was removed, or a forgery chained without the secret key, is named at its line; a log signed with both HMAC and Ed25519 verifies with either key or both; a public key that is not one (wrong length, an HMAC key, not hex) is invalid-input.",
+   [vr({"receipts": 6, "ok": 6, "chained": 6, "signed": 0, "findings": []}, ED_LOG),
+    vr({"ok": 6, "signed": 6, "findings": []}, ED_LOG, publicKey=PUB),
+    vr({"ok": 0, "signed": 0, "findings": [finding(i + 1, "signature-invalid", c["runId"]) for i, c in enumerate(ED_LOG)]}, ED_LOG, publicKey=public_text(OTHER_ED_SEED)),
+    vr({"ok": 5, "signed": 5, "findings": [finding(5, "signature-missing", R2)]}, ed_stripped, publicKey=PUB),
+    vr({"ok": 5, "findings": [finding(2, "signature-missing"), finding(4, "chain-broken")]}, ED_LOG[:1] + [forged(ED_LOG[1], "mallory")] + ED_LOG[2:], publicKey=PUB),
+    vr({"ok": 5, "signed": 5, "findings": [finding(2, "signature-invalid")]}, ED_LOG[:1] + [dict(ED_LOG[1], sig=ED_LOG[3]["sig"])] + ED_LOG[2:], publicKey=PUB),
+    vr({"ok": 6, "signed": 6, "findings": []}, BOTH, publicKey=PUB),
+    vr({"ok": 6, "signed": 6, "findings": []}, BOTH, key=K),
+    vr({"ok": 6, "signed": 6, "findings": []}, BOTH, key=K, publicKey=PUB),
+    vr({"ok": 0, "signed": 0, "findings": [finding(i + 1, "signature-invalid", c["runId"]) for i, c in enumerate(BOTH)]}, BOTH, key=K, publicKey=public_text(OTHER_ED_SEED)),
+    vr({"error": "invalid-input"}, ED_LOG, publicKey="heart-fleet-ed25519-public-key:" + ed_public(ED_SEED).hex()[:62]),
+    vr({"error": "invalid-input"}, ED_LOG, publicKey=K),
+    vr({"error": "invalid-input"}, ED_LOG, publicKey="heart-fleet-ed25519-public-key:not-hex")],
    runs=[])
 
 os.makedirs(OUT, exist_ok=True)
