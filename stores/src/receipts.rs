@@ -178,28 +178,20 @@ impl AnyStore {
     ) -> Result<Vec<StoredReceipt>, StoreError> {
         let cols = COLUMNS.iter().map(|(c, _)| *c).collect::<Vec<_>>().join(", ");
         let mut params = vec![sql::SqlParam::Int(after), sql::SqlParam::Int(i64::from(limit))];
-        let stmt = match self.dialect() {
-            sql::Dialect::Sqlite => {
-                let of_run = if run.is_some() { " AND run_id = ?3" } else { "" };
-                params.extend(run.map(|r| sql::SqlParam::Text(r.to_owned())));
-                Statement {
-                    sql: format!(
-                        "SELECT id, {cols}, receipt FROM heart_receipts WHERE id > ?1{of_run} ORDER BY id LIMIT ?2"
-                    ),
-                    params,
-                }
-            }
+        params.extend(run.map(|r| sql::SqlParam::Text(r.to_owned())));
+        // The dialects differ in placeholders and casts only.
+        let (receipt, after, limit, of_run) = match self.dialect() {
+            sql::Dialect::Sqlite => ("receipt", "?1", "?2", " AND run_id = ?3"),
             sql::Dialect::Postgres => {
-                let of_run = if run.is_some() { " AND run_id = $3::text" } else { "" };
-                params.extend(run.map(|r| sql::SqlParam::Text(r.to_owned())));
-                Statement {
-                    sql: format!(
-                        "SELECT id, {cols}, receipt::text AS receipt FROM heart_receipts WHERE id > $1::bigint{of_run} \
-                         ORDER BY id LIMIT $2::bigint"
-                    ),
-                    params,
-                }
+                ("receipt::text AS receipt", "$1::bigint", "$2::bigint", " AND run_id = $3::text")
             }
+        };
+        let of_run = if run.is_some() { of_run } else { "" };
+        let stmt = Statement {
+            sql: format!(
+                "SELECT id, {cols}, {receipt} FROM heart_receipts WHERE id > {after}{of_run} ORDER BY id LIMIT {limit}"
+            ),
+            params,
         };
         let rows = self.query(&stmt)?;
         let mut out = Vec::with_capacity(rows.len());

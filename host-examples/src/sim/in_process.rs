@@ -265,10 +265,7 @@ impl SimReport {
             self.receipts
         )?;
         writeln!(out, "metrics: {}", metrics_text(&self.metrics))?;
-        writeln!(out, "safety:")?;
-        for (name, n) in self.safety.named() {
-            writeln!(out, "  {name:<22} {n}")?;
-        }
+        self.safety.write_human(out)?;
         if self.safe {
             writeln!(out, "result: SAFE (every safety count is 0)")
         } else {

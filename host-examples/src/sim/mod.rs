@@ -56,6 +56,15 @@ impl SafetyCounts {
     pub fn all_zero(&self) -> bool {
         self.named().iter().all(|(_, n)| *n == 0)
     }
+
+    /// The `safety:` block of a report for people: one count per line.
+    pub fn write_human(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        writeln!(out, "safety:")?;
+        for (name, n) in self.named() {
+            writeln!(out, "  {name:<22} {n}")?;
+        }
+        Ok(())
+    }
 }
 
 /// What a simulation proved.

@@ -298,10 +298,7 @@ impl ProcReport {
             self.receipts_landed_after_store_errors
         )?;
         writeln!(out, "sweeper metrics: {}", metrics_text(&self.metrics))?;
-        writeln!(out, "safety:")?;
-        for (name, n) in self.safety.named() {
-            writeln!(out, "  {name:<22} {n}")?;
-        }
+        self.safety.write_human(out)?;
         match self.verdict {
             Verdict::Safe => writeln!(out, "result: SAFE (every safety count is 0)"),
             Verdict::Unsafe => writeln!(out, "result: UNSAFE"),
