@@ -801,7 +801,7 @@ export interface LogReport {
 }
 /**
  * Checks a receipt log (JSON Lines text or bytes, or an array of receipts): digests, chains, signatures.
- * Not in heart-fleet-wasm (Deno, edge): there it throws `invalid-state`.
+ * Not in heart-fleet-wasm's edge build (pkg-edge): there it throws `invalid-state`.
  */
 export declare function verifyReceipts(
   log: string | Uint8Array | ReadonlyArray<HeartReceipt | Record<string, unknown>>,

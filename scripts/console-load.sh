@@ -6,7 +6,8 @@
 #   bash scripts/console-load.sh [--runs 1000000] [--scrapers 200] [--seconds 30]
 #
 # Makes the database heart_console_load on the server of scripts/postgres.sh (dropped first),
-# fills it with generate_series (runs in every status, held leases half expired, a receipt per
+# fills it with generate_series (runs in every status, held leases from 2 minutes expired to 4
+# minutes left, a receipt per
 # run spread over the last two hours, 60 instances), VACUUM ANALYZE; prints the plan of each
 # statement a scrape runs (exit 1 if one scans agent_runs or heart_receipts sequentially); then
 # one scraper alone and N scrapers at once, each for the given time, side by side.
@@ -37,7 +38,7 @@ say "a fresh database heart_console_load with $runs runs"
 su postgres -c "psql -qc 'DROP DATABASE IF EXISTS heart_console_load WITH (FORCE)' -c 'CREATE DATABASE heart_console_load OWNER heart'" >/dev/null
 "$cli" --store "$url" migrate >/dev/null
 started=$(date +%s)
-PGPASSWORD=heart psql -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -U heart heart_console_load <<SQL
+psql -q -v ON_ERROR_STOP=1 "$url" <<SQL
 -- Per 1,000 runs: 970 completed, 15 ready, 10 leased and 3 running (their leases from 2 minutes
 -- expired to 4 minutes left), 2 quarantined.
 INSERT INTO agent_runs (assignment_id, objective, status, lease_owner, lease_expires_at, retries,
@@ -53,8 +54,8 @@ FROM generate_series(1, $runs) g;
 -- One receipt per run, spread over the last two hours: 96 % acquired or released, the rest
 -- recoveries and quarantines.
 INSERT INTO heart_receipts (schema_version, event, run_id, owner, at, digest, receipt)
-SELECT 'heart.receipt.v1', e.event, 'load-run-' || g, 'worker-' || (g % 60), e.at, md5(g::text),
-       jsonb_build_object('schemaVersion', 'heart.receipt.v1', 'event', e.event, 'runId', 'load-run-' || g,
+SELECT 'zao.heart.receipt.v1', e.event, 'load-run-' || g, 'worker-' || (g % 60), e.at, md5(g::text),
+       jsonb_build_object('schemaVersion', 'zao.heart.receipt.v1', 'event', e.event, 'runId', 'load-run-' || g,
                           'owner', 'worker-' || (g % 60), 'at', e.at, 'seq', 1)
 FROM generate_series(1, $runs) g,
 LATERAL (SELECT CASE WHEN g % 100 < 50 THEN 'acquired' WHEN g % 100 < 96 THEN 'released'
@@ -66,7 +67,7 @@ SELECT 'worker-' || i, 'box-' || (i % 6), 1000 + i, CASE WHEN i % 10 = 0 THEN 'd
 FROM generate_series(0, 59) i;
 VACUUM ANALYZE;
 SQL
-say "filled in $(( $(date +%s) - started )) s: $(PGPASSWORD=heart psql -Atq -h 127.0.0.1 -U heart heart_console_load -c "SELECT pg_size_pretty(pg_database_size('heart_console_load'))")"
+say "filled in $(( $(date +%s) - started )) s: $(psql -Atq "$url" -c "SELECT pg_size_pretty(pg_database_size('heart_console_load'))")"
 
 say "the plan of each statement of a scrape"
 "$plans" "$url"
@@ -76,7 +77,8 @@ port_file=$(mktemp)
 server=$!
 trap 'kill $server 2>/dev/null; rm -f "$port_file"' EXIT
 for _ in $(seq 100); do grep -q 'serving http://' "$port_file" && break; sleep 0.1; done
-base=$(grep -o 'http://[0-9.:]*' "$port_file" | head -n 1)
+base=$(grep -o 'http://[0-9.:]*' "$port_file" | head -n 1) || true
+[ -n "$base" ] || { say "serve did not start: $(cat "$port_file")"; exit 2; }
 say "serve at $base (pid $server)"
 
 say "one scraper for ${seconds} s"

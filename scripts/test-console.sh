@@ -19,6 +19,9 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$venv/bin/python" host-examples/console/test_console.py seed "$dir" >/dev/null
 "$venv/bin/python" host-examples/console/test_console.py api "$dir"
+# Every statement of a scrape is served from an index (exit 1 on a scan of agent_runs or
+# heart_receipts); scripts/console-load.sh checks the same on 1,000,000 PostgreSQL runs.
+cargo run -q --release -p heart-fleet-host --example console_plans -- "sqlite:$dir/store.db" | tail -n 1
 "$venv/bin/python" host-examples/console/test_console.py outage
 
 # The browser gets a store of its own (the API checks above requeued the seeded run).
@@ -27,4 +30,5 @@ mkdir "$dir/browser"
 "$venv/bin/python" host-examples/console/test_console.py seed "$dir/browser" >/dev/null
 export SCREENSHOTS="${SCREENSHOTS:-$PWD/target/console-screenshots}"
 export CHROMIUM="$(command -v "${CHROMIUM:-chromium}")"
-(cd host-examples/console && { [ -d node_modules/puppeteer-core ] || npm ci --no-audit --no-fund; } && node browser.mjs "$dir/browser")
+# node_modules/.heart-lock: the package-lock.json the last `npm ci` installed.
+(cd host-examples/console && { cmp -s package-lock.json node_modules/.heart-lock || { npm ci --no-audit --no-fund && cp package-lock.json node_modules/.heart-lock; }; } && node browser.mjs "$dir/browser")

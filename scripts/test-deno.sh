@@ -29,6 +29,10 @@ command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || {
 wasm-bindgen --version
 node --version
 
+# The receipt-log test compares verifyReceipts with `heart-fleet verify-receipts`.
+export HEART_FLEET_CLI="${HEART_FLEET_CLI:-${CARGO_TARGET_DIR:-$root/target}/release/heart-fleet}"
+[ -x "$HEART_FLEET_CLI" ] || cargo build --release -q -p heart-fleet-host --bin heart-fleet
+
 step "npm ci (deno 2.9.6, esbuild, binaryen)"
 # node_modules/.heart-lock: the package-lock.json that the last `npm ci` installed.
 if ! cmp -s "$pkg/package-lock.json" "$pkg/node_modules/.heart-lock"; then

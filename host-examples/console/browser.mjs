@@ -10,7 +10,8 @@
 // loads nothing from outside the server and throws no script error.
 import { spawn } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
 import assert from "node:assert/strict";
 import puppeteer from "puppeteer-core";
@@ -20,7 +21,8 @@ const dir = process.argv[2];
 assert.ok(dir, "usage: node browser.mjs DIR (DIR/seed.json from test_console.py seed)");
 const seeded = JSON.parse(readFileSync(join(dir, "seed.json"), "utf8"));
 const cli = process.env.HEART_FLEET_CLI || "heart-fleet";
-const shots = resolve(process.env.SCREENSHOTS || "target/console-screenshots");
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const shots = resolve(process.env.SCREENSHOTS || join(repo, "target", "console-screenshots"));
 mkdirSync(shots, { recursive: true });
 const tokenFile = join(dir, "browser-token");
 writeFileSync(tokenFile, `${TOKEN}\n`);
@@ -142,14 +144,16 @@ async function checkRunPage(page, base, viewport) {
 }
 
 const { proc, base, lines } = await serve();
-const browser = await puppeteer.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  // The sandbox needs user namespaces, which CI containers running as root do not give.
-  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
-});
+const exited = new Promise((ok) => proc.once("exit", (code, signal) => ok({ code, signal })));
+let browser = null;
 const problems = [];
 try {
+  browser = await puppeteer.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    headless: true,
+    // The sandbox needs user namespaces, which CI containers running as root do not give.
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+  });
   const desktop = await browser.newPage();
   watch(desktop, base, problems);
   await desktop.setViewport({ width: 1280, height: 800 });
@@ -214,9 +218,9 @@ try {
   assert.deepEqual(problems, []);
   console.log(`screenshots in ${shots}`);
 } finally {
-  await browser.close();
-  proc.removeAllListeners("exit");
-  proc.kill("SIGTERM");
-  const code = await new Promise((ok) => proc.on("exit", ok));
-  assert.equal(code, 0, `serve exited ${code} on SIGTERM: ${lines.filter((l) => /panick/.test(l)).join("\n")}`);
+  // The server is stopped whatever happened above; a test failure stays the error reported.
+  await browser?.close();
+  if (proc.exitCode === null && proc.signalCode === null) proc.kill("SIGTERM");
 }
+const { code, signal } = await exited;
+assert.equal(code, 0, `serve exited ${code ?? signal} on SIGTERM: ${lines.filter((l) => /panick/.test(l)).join("\n")}`);

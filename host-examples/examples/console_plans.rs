@@ -50,7 +50,8 @@ fn main() -> ExitCode {
             // PostgreSQL: one text column per plan line. SQLite: (id, parent, notused, detail).
             let Some((_, SqlValue::Text(line))) = row.last() else { continue };
             println!("  {line}");
-            let sequential = line.contains("Seq Scan on ") || line.starts_with("SCAN ");
+            // SQLite's `SCAN t USING COVERING INDEX i` reads an index, `SCAN t` the table.
+            let sequential = line.contains("Seq Scan on ") || (line.starts_with("SCAN ") && !line.contains(" USING "));
             if let Some(table) = GROWING_TABLES.iter().find(|t| sequential && line.contains(*t)) {
                 scans.push(format!("{what}: {table}"));
             }

@@ -78,6 +78,9 @@ export function receiptLogSuite({ verifyReceipts, binding }) {
         const report = verifyReceipts(text, options);
         assert.deepEqual(report, expected, name);
         assert.equal(report.findings.length === 0, out.status === 0, name);
+        // Every tampering is found (by both: they share the core's verifier, so this is what
+        // catches a verifier that stopped seeing one).
+        assert.equal(out.status, /^intact|^the log of one run/.test(name) ? 0 : 1, `${name}: the CLI's exit status`);
         // The same log as bytes and as an array of receipts.
         assert.deepEqual(verifyReceipts(new TextEncoder().encode(text), options), expected, `${name} (bytes)`);
         assert.deepEqual(verifyReceipts(body.map((l) => JSON.parse(l)), options), expected, `${name} (array)`);

@@ -20,10 +20,18 @@ async function wasmBytes(name) {
   return new Uint8Array(await res.arrayBuffer());
 }
 
-// The lease module and (full build only) the receipt-log verifier, fetched side by side.
+// The lease module and (full build only) the receipt-log verifier, fetched side by side. A
+// verifier that cannot be loaded (a deployment without heart_fleet_receipts_bg.wasm) leaves
+// the lease API working; verifyReceipts then throws, naming the file and why.
+let verifierError = null;
 const [leaseBytes, verifierBytes] = await Promise.all([
   wasmBytes('heart_fleet_bg.wasm'),
-  receipts.initSync ? wasmBytes('heart_fleet_receipts_bg.wasm') : null,
+  receipts.initSync
+    ? wasmBytes('heart_fleet_receipts_bg.wasm').catch((e) => {
+        verifierError = e;
+        return null;
+      })
+    : null,
 ]);
 glue.initSync({ module: leaseBytes });
 for (const [name, value] of Object.entries(glue)) {
@@ -48,4 +56,12 @@ function missing(what) {
 for (const name of ['sqlRender', 'sqlDecode', 'sqlMigrationPlan', 'sqlReceiptInsert', 'nativeReplay', 'scenarioConfig']) {
   if (typeof native[name] !== 'function') native[name] = missing(name);
 }
-if (typeof native.verifyReceiptsJson !== 'function') native.verifyReceiptsJson = missing('verifyReceipts');
+if (verifierError) {
+  native.verifyReceiptsJson = () => {
+    const e = new Error(`verifyReceipts: heart_fleet_receipts_bg.wasm, the receipt verifier of this build, could not be loaded: ${verifierError.message}`);
+    e.code = 'invalid-state';
+    throw e;
+  };
+} else if (typeof native.verifyReceiptsJson !== 'function') {
+  native.verifyReceiptsJson = missing('verifyReceipts');
+}

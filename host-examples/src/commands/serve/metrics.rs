@@ -17,7 +17,7 @@ use crate::store_reading::{StoreReading, family, sample, sample_f};
 #[derive(Debug)]
 pub struct ProcessCounters {
     started: SystemTime,
-    inner: Mutex<Counts>,
+    inner: Arc<Mutex<Counts>>,
 }
 
 #[derive(Debug, Default)]
@@ -30,13 +30,13 @@ struct Counts {
 
 impl Default for ProcessCounters {
     fn default() -> ProcessCounters {
-        ProcessCounters { started: SystemTime::now(), inner: Mutex::new(Counts::default()) }
+        ProcessCounters { started: SystemTime::now(), inner: Arc::new(Mutex::new(Counts::default())) }
     }
 }
 
 impl ProcessCounters {
     fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner)
     }
 
     /// Counts one answered request by route (the matched pattern, or `unmatched`), method and
@@ -82,7 +82,7 @@ impl ProcessCounters {
             out,
             "heart_fleet_console_store_read_duration_seconds",
             "gauge",
-            "How long the last read of the store for /metrics took.",
+            "How long the last read of the store for /metrics and /api/summary took.",
         );
         sample_f(out, "heart_fleet_console_store_read_duration_seconds", &[], c.last_scrape.as_secs_f64());
         family(out, "heart_fleet_console_start_time_seconds", "gauge", "When this console started, in Unix seconds.");
@@ -98,12 +98,16 @@ struct Read {
     result: Result<Arc<StoreReading>, ApiError>,
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Shares store reads among concurrent scrapes (see the module docs).
 #[derive(Debug, Default)]
 pub struct Scraper {
     /// One read at a time; tokio's mutex is fair, so waiters are served in arrival order.
-    turn: tokio::sync::Mutex<()>,
-    last: Mutex<Option<Read>>,
+    turn: Arc<tokio::sync::Mutex<()>>,
+    last: Arc<Mutex<Option<Read>>>,
 }
 
 impl Scraper {
@@ -115,20 +119,28 @@ impl Scraper {
         counters: &ProcessCounters,
     ) -> Result<Arc<StoreReading>, ApiError> {
         let arrived = Instant::now();
-        let _turn = self.turn.lock().await;
-        let fresh = self.last.lock().unwrap_or_else(PoisonError::into_inner).clone().filter(|r| r.started >= arrived);
+        let turn = Arc::clone(&self.turn).lock_owned().await;
+        let fresh = lock(&self.last).clone().filter(|r| r.started >= arrived);
         if let Some(read) = fresh {
             return read.result;
         }
-        let started = Instant::now();
-        let result = pool.run("metrics", StoreReading::read).await.map(Arc::new);
-        let mut c = counters.counts();
-        c.scrapes += 1;
-        c.scrape_errors += u64::from(result.is_err());
-        c.last_scrape = started.elapsed();
-        drop(c);
-        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(Read { started, result: result.clone() });
-        result
+        // The read is a task of its own that holds the turn until it has stored its result: a
+        // waiter that goes away (a client that hung up) neither cancels it nor lets a second
+        // read overlap it.
+        let (pool, last, counts) = (Arc::clone(pool), Arc::clone(&self.last), Arc::clone(&counters.inner));
+        let read = tokio::spawn(async move {
+            let _turn = turn;
+            let started = Instant::now();
+            let result = pool.run("metrics", StoreReading::read).await.map(Arc::new);
+            let mut c = lock(&counts);
+            c.scrapes += 1;
+            c.scrape_errors += u64::from(result.is_err());
+            c.last_scrape = started.elapsed();
+            drop(c);
+            *lock(&last) = Some(Read { started, result: result.clone() });
+            result
+        });
+        read.await.unwrap_or_else(|e| Err(ApiError::internal(format!("the store read stopped: {e}"))))
     }
 
     /// The exposition: a shared store reading (see [`Scraper::reading`]) and the process's counters.
