@@ -185,9 +185,11 @@ try {
   await desktop.screenshot({ path: join(shots, "desktop-requeue-refused.png") });
   console.log(`requeue without the token: "${refused.text}", the run still ${after.run.status}`);
 
-  // With the token: ready, a `requeued` receipt naming the console as operator.
+  // With the token and an operator's name: ready, a `requeued` receipt naming the operator.
   await desktop.type("#token", TOKEN);
   await desktop.$eval("#token", (e) => e.dispatchEvent(new Event("change")));
+  await desktop.type("#operator", "alice@ops");
+  await desktop.$eval("#operator", (e) => e.dispatchEvent(new Event("change")));
   const done = await noticeAfter(desktop, () => desktop.click(`#quarantined tr[data-run-id="${seeded.quarantined}"] button.requeue`));
   assert.equal(done.kind, "ok", done.text);
   assert.match(done.text, new RegExp(`run ${seeded.quarantined} is ready`));
@@ -195,7 +197,7 @@ try {
   assert.equal(requeued.run.status, "ready");
   const last = requeued.receipts.at(-1);
   assert.equal(last.receipt.event, "requeued");
-  assert.equal(last.receipt.owner, "heart-fleet-console");
+  assert.equal(last.receipt.owner, "alice@ops");
   assert.equal(last.verified, true);
   await desktop.waitForFunction((id) => !document.querySelector(`#quarantined tr[data-run-id="${id}"]`), {}, seeded.quarantined);
   await desktop.screenshot({ path: join(shots, "desktop-requeued.png"), fullPage: true });
