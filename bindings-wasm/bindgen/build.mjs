@@ -38,6 +38,22 @@ function run(cmd, args, opts = {}) {
 const t0 = Date.now();
 mkdirSync(build, { recursive: true });
 
+/**
+ * wasm-opt -Oz of `input` into `output` (the profile already builds with opt-level z and LTO).
+ * It takes ~15 s: skipped when its input is byte for byte the last one it optimized into
+ * `output` (the input's digest is kept in `stamp`).
+ */
+function wasmOpt(input, output, stamp) {
+  const inputHash = createHash('sha256').update(readFileSync(input)).digest('hex');
+  if (existsSync(output) && existsSync(stamp) && readFileSync(stamp, 'utf8') === inputHash) {
+    console.log(`wasm-opt: input unchanged, keeping ${output}`);
+    return;
+  }
+  const features = ['bulk-memory', 'nontrapping-float-to-int', 'sign-ext', 'mutable-globals', 'multivalue', 'reference-types'];
+  run(bin('wasm-opt'), ['-Oz', ...features.map((f) => `--enable-${f}`), input, '-o', output]);
+  writeFileSync(stamp, inputHash);
+}
+
 // 1–3 for each build: `pkg` (every feature) and `pkg-edge` (no SQL rendering, no replay).
 const variants = [
   { name: 'pkg', cargo: [] },
@@ -56,19 +72,10 @@ for (const v of variants) {
   // 2. The glue (ES module; `initSync({module})` takes the bytes, so no fetch/fs inside it).
   rmSync(glue, { recursive: true, force: true });
   run('wasm-bindgen', ['--target', 'web', '--out-dir', glue, '--out-name', 'heart_fleet_wasm', raw]);
-  // 3. Smaller: -Oz (the profile already builds with opt-level z and LTO). wasm-opt takes
-  // ~15 s: skipped when its input is byte for byte the last one it optimized.
+  // 3. Smaller: -Oz.
   const bg = join(glue, 'heart_fleet_wasm_bg.wasm');
   const optimized = join(out, 'heart_fleet_bg.wasm');
-  const stamp = join(build, v.name, 'wasm-opt-input.sha256');
-  const inputHash = createHash('sha256').update(readFileSync(bg)).digest('hex');
-  if (existsSync(optimized) && existsSync(stamp) && readFileSync(stamp, 'utf8') === inputHash) {
-    console.log(`wasm-opt: input unchanged, keeping ${v.name}/heart_fleet_bg.wasm`);
-  } else {
-    const features = ['bulk-memory', 'nontrapping-float-to-int', 'sign-ext', 'mutable-globals', 'multivalue', 'reference-types'];
-    run(bin('wasm-opt'), ['-Oz', ...features.map((f) => `--enable-${f}`), bg, '-o', optimized]);
-    writeFileSync(stamp, inputHash);
-  }
+  wasmOpt(bg, optimized, join(build, v.name, 'wasm-opt-input.sha256'));
   sizes.push([v.name, rawSize, statSync(bg).size, statSync(optimized).size]);
 }
 
@@ -82,8 +89,7 @@ run('wasm-bindgen', ['--target', 'web', '--out-dir', receiptsGlue, '--out-name',
 {
   const bg = join(receiptsGlue, 'heart_fleet_receipts_wasm_bg.wasm');
   const optimized = join(here, 'pkg', 'heart_fleet_receipts_bg.wasm');
-  const features = ['bulk-memory', 'nontrapping-float-to-int', 'sign-ext', 'mutable-globals', 'multivalue', 'reference-types'];
-  run(bin('wasm-opt'), ['-Oz', ...features.map((f) => `--enable-${f}`), bg, '-o', optimized]);
+  wasmOpt(bg, optimized, join(build, 'receipts', 'wasm-opt-input.sha256'));
   rmSync(join(here, 'pkg-edge', 'heart_fleet_receipts_bg.wasm'), { force: true });
   sizes.push(['pkg (receipt verifier)', statSync(receiptsRaw).size, statSync(bg).size, statSync(optimized).size]);
 }
