@@ -50,21 +50,10 @@ pub fn in_process(g: &Global, args: &SimulateArgs, out: &mut dyn Write, err: &mu
     if let Err(exit) = check_receipts(health.as_ref(), args.receipts.receipts.as_deref(), err) {
         return exit;
     }
-    let written = if args.json {
-        match serde_json::to_string(&report) {
-            Ok(text) => writeln!(out, "{text}"),
-            Err(e) => {
-                let _ = writeln!(err, "heart-fleet: {e}");
-                return Exit::Error;
-            }
-        }
-    } else {
-        report.write_human(out)
-    };
-    if let Err(e) = written.and_then(|()| out.flush()) {
-        return crate::io_failure(err, &e);
+    match print(&report, args.json, |out| report.write_human(out), out, err) {
+        Ok(()) => report.verdict.exit(),
+        Err(exit) => exit,
     }
-    report.verdict.exit()
 }
 
 /// `simulate --processes N`.
@@ -120,16 +109,27 @@ pub fn processes(g: &Global, args: &SimulateArgs, n: u32, out: &mut dyn Write, e
     if let Err(exit) = check_receipts(health.as_ref(), args.receipts.receipts.as_deref(), err) {
         return exit;
     }
-    let written = if args.json {
-        match serde_json::to_string(&report) {
+    match print(&report, args.json, |out| report.write_human(out), out, err) {
+        Ok(()) => report.verdict.exit(),
+        Err(exit) => exit,
+    }
+}
+
+/// Prints a simulation's report: one JSON line with `--json`, else the report for people.
+fn print<R: serde::Serialize>(
+    report: &R,
+    json: bool,
+    write_human: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), Exit> {
+    let written = if json {
+        match serde_json::to_string(report) {
             Ok(text) => writeln!(out, "{text}"),
-            Err(e) => return fail(err, Exit::Error, e),
+            Err(e) => return Err(fail(err, Exit::Error, e)),
         }
     } else {
-        report.write_human(out)
+        write_human(out)
     };
-    if let Err(e) = written.and_then(|()| out.flush()) {
-        return crate::io_failure(err, &e);
-    }
-    report.verdict.exit()
+    written.and_then(|()| out.flush()).map_err(|e| crate::io_failure(err, &e))
 }
