@@ -30,6 +30,17 @@ pub trait LeaseStore {
     fn write_run_in_place(&mut self, _req: &StoreRequest) -> Option<Result<RunWriteRef<'_>, StoreError>> {
         None
     }
+
+    /// The operation that made the requests since the last call is over, or about to hand
+    /// control to the host (an effect, a probe), and every receipt of its writes has gone to
+    /// the sink. A store that keeps receipts in the same transaction as the writes they record
+    /// (the Rust SQL stores with a receipts-table sink) commits here; an `Err` means it rolled
+    /// the operation's writes back with their receipts, and the operation fails with it.
+    /// The drivers call it; a host that runs requests itself must too. Nothing to do by
+    /// default.
+    fn settle(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 impl<S: LeaseStore + ?Sized> LeaseStore for &mut S {
@@ -39,6 +50,29 @@ impl<S: LeaseStore + ?Sized> LeaseStore for &mut S {
 
     fn write_run_in_place(&mut self, req: &StoreRequest) -> Option<Result<RunWriteRef<'_>, StoreError>> {
         (**self).write_run_in_place(req)
+    }
+
+    fn settle(&mut self) -> Result<(), StoreError> {
+        (**self).settle()
+    }
+}
+
+/// Ends an operation on `store` ([`LeaseStore::settle`]): its result, or the store's error
+/// when the store rolled its writes back, with the counters those writes bumped restored to
+/// `before` (what they counted did not happen).
+pub(crate) fn settled<T, S: LeaseStore + ?Sized>(
+    store: &mut S,
+    recorder: &mut Recorder,
+    before: HeartMetrics,
+    result: Result<T, HeartError>,
+) -> Result<T, HeartError> {
+    match store.settle() {
+        Ok(()) => result,
+        Err(e) => {
+            recorder.metrics = before;
+            // An operation that failed already keeps its own error.
+            result.and(Err(HeartError::store("the writes were rolled back with their receipts", &e)))
+        }
     }
 }
 
@@ -172,16 +206,22 @@ pub fn drive<T: 'static, S: LeaseStore + ?Sized>(
     recorder: &mut Recorder,
     host: &mut dyn Host,
 ) -> Result<T, HeartError> {
+    let mut before = recorder.metrics;
     if let Some(result) = machine.run_lease(store, recorder) {
-        return result;
+        return settled(store, recorder, before, result);
     }
     let mut step = machine.start();
     loop {
         recorder.absorb(machine.drain_events());
         let need = match step {
-            Step::Done(result) => return result,
+            Step::Done(result) => return settled(store, recorder, before, result),
             Step::Need(need) => need,
         };
+        if !matches!(need, Need::Store(_)) {
+            // The host's turn (an effect may take long): what was written is committed first.
+            settled(store, recorder, before, Ok(()))?;
+            before = recorder.metrics;
+        }
         let answer = match need {
             Need::Store(req) => Answer::Store(store.execute(req)),
             Need::RecordOnce { run_id, effect_key } => Answer::Recorded(host.record_once(&run_id, &effect_key)),

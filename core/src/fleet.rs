@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::driver::{Host, LeaseStore, Ledger, NoHost, Recorder, drive};
+use crate::driver::{Host, LeaseStore, Ledger, NoHost, Recorder, drive, settled};
 use crate::error::{ErrorCode, HeartError, StoreError};
 use crate::machine::{Machine, ProbeVerdict};
 use crate::metrics::HeartMetrics;
@@ -213,13 +213,17 @@ impl<S: LeaseStore> HeartFleet<S> {
     /// `release(fence, nextStatus)`.
     pub fn release(&mut self, fence: &FencingToken, to: ReleaseTo) -> Result<Fenced<RunRow>, HeartError> {
         // `ops::release` as a machine would copy the token; the fleet lends it instead.
-        ops::lease::release_on(fence, to, &mut self.store, &mut self.recorder)
+        let before = self.recorder.metrics;
+        let result = ops::lease::release_on(fence, to, &mut self.store, &mut self.recorder);
+        settled(&mut self.store, &mut self.recorder, before, result)
     }
 
     /// `verifyFence(fence)`.
     pub fn verify_fence(&mut self, fence: &FencingToken) -> Result<bool, HeartError> {
         // `ops::verify_fence` as a machine would copy the token; the fleet lends it instead.
-        ops::lease::verify_fence_on(fence, &mut self.store, &mut self.recorder)
+        let before = self.recorder.metrics;
+        let result = ops::lease::verify_fence_on(fence, &mut self.store, &mut self.recorder);
+        settled(&mut self.store, &mut self.recorder, before, result)
     }
 
     /// `reclaimExpired({limit})`.
@@ -268,13 +272,19 @@ impl<S: LeaseStore> HeartFleet<S> {
         let mut m = ops::guard_irreversible(fence, effect_key);
         let mut effect = Some(effect);
         let mut step = m.start();
+        let mut before = self.recorder.metrics;
         loop {
             self.recorder.absorb(m.drain_events());
             let need = match step {
-                crate::machine::Step::Done(r) => return r,
+                crate::machine::Step::Done(r) => return settled(&mut self.store, &mut self.recorder, before, r),
                 crate::machine::Step::Need(n) => n,
             };
             use crate::machine::{Answer, Need};
+            if !matches!(need, Need::Store(_)) {
+                // The effect's turn: the claim is committed first.
+                settled(&mut self.store, &mut self.recorder, before, Ok(()))?;
+                before = self.recorder.metrics;
+            }
             let answer = match need {
                 Need::Store(req) => Answer::Store(self.store.execute(req)),
                 Need::RecordOnce { run_id, effect_key } => Answer::Recorded(Self::durable_record_once(

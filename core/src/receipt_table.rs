@@ -105,6 +105,12 @@ impl TableAppender {
         }
     }
 
+    /// Forgets the head of every run: the store rolled back receipts this appender wrote,
+    /// so each run's head is read from the table again before its next receipt.
+    pub fn forget_heads(&mut self) {
+        self.heads.clear();
+    }
+
     /// The last statement failed: the append is abandoned and the run's head forgotten (the
     /// statement's outcome is unknown).
     pub fn failed(&mut self) {

@@ -559,6 +559,23 @@ impl crate::tagged::Tagged for StoreReply {
     }
 }
 
+impl StoreRequest {
+    /// Whether the request may change the store (every request but the clock, the reads and
+    /// the scans). A store that keeps receipts in the write's own transaction opens one at
+    /// an operation's first write ([`crate::LeaseStore::settle`]).
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self,
+            StoreRequest::UpdateRun { .. }
+                | StoreRequest::EnsureRun(_)
+                | StoreRequest::ClaimIntent(_)
+                | StoreRequest::UpdateIntent { .. }
+                | StoreRequest::UpsertInstance { .. }
+                | StoreRequest::UpdateInstances { .. }
+        )
+    }
+}
+
 impl<'de> Deserialize<'de> for StoreRequest {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<StoreRequest, D::Error> {
         crate::tagged::deserialize(d)

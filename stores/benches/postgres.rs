@@ -248,6 +248,10 @@ impl<S: LeaseStore> LeaseStore for Counted<S> {
         }
         self.inner.execute(req)
     }
+
+    fn settle(&mut self) -> Result<(), StoreError> {
+        self.inner.settle()
+    }
 }
 
 /// Not shipped: `PgStore` with `Client::query_typed` (Parse, Bind, Describe, Execute, Sync in

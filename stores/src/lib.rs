@@ -28,6 +28,7 @@
 //! The drivers live here, never in the core, so the core's dependency tree holds no
 //! database crate.
 
+pub mod held;
 pub mod pg;
 pub mod receipts;
 pub mod seed;
@@ -315,6 +316,42 @@ impl LeaseStore for AnyStore {
         match self {
             AnyStore::Sqlite(s) => s.execute(req),
             AnyStore::Postgres(s) => s.execute(req),
+        }
+    }
+
+    fn settle(&mut self) -> Result<(), StoreError> {
+        match self {
+            AnyStore::Sqlite(s) => s.settle(),
+            AnyStore::Postgres(s) => s.settle(),
+        }
+    }
+}
+
+/// The held transaction of a store ([`held`]), for its receipts-table sink.
+impl AnyStore {
+    /// From now on, this store and its clones hold each operation's writes in one transaction
+    /// until the operation settles.
+    pub(crate) fn hold_writes(&self) {
+        match self {
+            AnyStore::Sqlite(s) => s.hold_writes(),
+            AnyStore::Postgres(s) => s.hold_writes(),
+        }
+    }
+
+    /// A receipt could not be inserted: the held transaction, if one is open, rolls back at
+    /// the settle (`true`); else the receipt recorded no held write and is lost alone.
+    pub(crate) fn doom_held(&self, reason: &str) -> bool {
+        match self {
+            AnyStore::Sqlite(s) => s.held().doom(reason),
+            AnyStore::Postgres(s) => s.held().doom(reason),
+        }
+    }
+
+    /// Held transactions rolled back so far.
+    pub(crate) fn held_rollbacks(&self) -> u64 {
+        match self {
+            AnyStore::Sqlite(s) => s.held().rollbacks,
+            AnyStore::Postgres(s) => s.held().rollbacks,
         }
     }
 }

@@ -62,6 +62,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Config, Row};
 
 use crate::failed;
+use crate::held::{Held, TxConn};
 
 /// How long connecting may take when the URL sets no `connect_timeout`.
 pub const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -205,13 +206,27 @@ struct Conn {
     tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     options: PgOptions,
     live: Option<Live>,
+    /// The held transaction's state on this connection ([`crate::held`]).
+    held_tx: HeldTx,
+}
+
+/// Whether a held transaction is open on the connection, or was lost with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HeldTx {
+    None,
+    Open,
+    /// The connection went away with the transaction open: the server rolled it back. No
+    /// statement may run (on a new connection it would run outside it) until it is settled.
+    Lost,
 }
 
 /// A [`LeaseStore`] over a PostgreSQL connection. Cloning shares the connection (the
-/// receipts-table sink writes through a clone between requests).
+/// receipts-table sink writes through a clone between requests) and the held transaction
+/// ([`crate::held`]).
 #[derive(Clone)]
 pub struct PgStore {
     conn: Arc<Mutex<Conn>>,
+    held: Arc<Mutex<Held>>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -269,6 +284,12 @@ pub(crate) fn pg_reason(e: &tokio_postgres::Error) -> String {
 impl Conn {
     /// The open connection, connecting first when there is none (or it was lost).
     fn live(&mut self, what: &str) -> Result<&mut Live, StoreError> {
+        if self.held_tx == HeldTx::Lost {
+            return Err(StoreError(format!(
+                "{what}: postgres: the connection was lost inside the operation's transaction, which the server \
+                 rolled back"
+            )));
+        }
         if self.live.is_some() {
             // A connection the server closed while this store was idle (a restart,
             // `pg_terminate_backend`) has its farewell waiting in the socket, unread: the
@@ -342,6 +363,13 @@ impl Conn {
         if let Some(live) = self.live.take() {
             live.task.abort();
         }
+        if self.held_tx == HeldTx::Open {
+            self.held_tx = HeldTx::Lost;
+        }
+    }
+
+    fn batch(&mut self, what: &str, sql: &str) -> Result<(), StoreError> {
+        self.run(what, async |live, _| live.client.batch_execute(sql).await.map_err(Failure::of))
     }
 
     /// Runs `f` on the connection within the statement deadline. A lost connection (or a
@@ -476,9 +504,10 @@ impl PgStore {
             .enable_all()
             .build()
             .map_err(|e| StoreError(format!("postgres: cannot start the I/O runtime: {e}")))?;
-        let mut conn = Conn { runtime, config: target.config, tls, options: target.options, live: None };
+        let mut conn =
+            Conn { runtime, config: target.config, tls, options: target.options, live: None, held_tx: HeldTx::None };
         conn.live = Some(conn.connect().map_err(|reason| StoreError(format!("postgres connect: {reason}")))?);
-        Ok(PgStore { conn: Arc::new(Mutex::new(conn)) })
+        Ok(PgStore { conn: Arc::new(Mutex::new(conn)), held: Arc::default() })
     }
 
     fn conn(&self) -> MutexGuard<'_, Conn> {
@@ -493,8 +522,21 @@ impl PgStore {
     /// Runs one statement (`$n` placeholders) in autocommit and returns its rows. Columns
     /// must be text, integers or booleans (cast anything else to text).
     pub fn query(&self, stmt: &Statement) -> Result<Vec<SqlRow>, StoreError> {
-        let rows = self.conn().run("postgres", async |live, options| query_on(live, options, stmt, false).await)?;
+        let mut conn = self.conn();
+        // Inside the held transaction (the sink's receipt inserts) a statement must not open
+        // one of its own.
+        let in_transaction = self.held().is_open();
+        let rows = conn.run("postgres", async |live, options| query_on(live, options, stmt, in_transaction).await)?;
         sql_rows(&rows)
+    }
+
+    /// Holds each operation's writes in one transaction until it settles ([`crate::held`]).
+    pub(crate) fn hold_writes(&self) {
+        self.held().enabled = true;
+    }
+
+    pub(crate) fn held(&self) -> MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs a script of statements (simple query protocol, no rows).
@@ -587,14 +629,55 @@ pub fn sql_rows(rows: &[Row]) -> Result<Vec<SqlRow>, StoreError> {
     Ok(out)
 }
 
+/// The held transaction's calls on the connection.
+impl TxConn for Conn {
+    fn begin(&mut self) -> Result<(), StoreError> {
+        // Behind a pooler the server's deadline is set for the transaction (see `query_on`).
+        let begin = if self.options.pooler { pooler_begin(self.options) } else { "BEGIN".to_owned() };
+        self.batch("postgres begin", &begin)?;
+        self.held_tx = HeldTx::Open;
+        Ok(())
+    }
+
+    fn commit(&mut self) -> Result<(), StoreError> {
+        // A lost transaction is not committed on a new connection (where COMMIT would only
+        // warn that none is open): `live` refuses, and the settle reports the rollback.
+        let committed = self.batch("postgres commit", "COMMIT");
+        self.held_tx = HeldTx::None;
+        committed
+    }
+
+    fn rollback(&mut self) {
+        if self.held_tx == HeldTx::Open {
+            let _ = self.batch("postgres rollback", "ROLLBACK");
+        }
+        self.held_tx = HeldTx::None;
+    }
+}
+
 impl LeaseStore for PgStore {
     fn execute(&mut self, req: StoreRequest) -> Result<StoreAnswer, StoreError> {
         let stmts = sql::render(&req, Dialect::Postgres).map_err(|e| failed("render", e))?;
         let [stmt] = stmts.as_slice() else {
             return Err(StoreError(format!("postgres: render gave {} statements, not one", stmts.len())));
         };
-        let rows = self.query(stmt)?;
-        sql::decode(&req, Dialect::Postgres, vec![rows]).map_err(|e| failed("decode", e))
+        let rows = {
+            let mut conn = self.conn();
+            let mut held = self.held();
+            let in_transaction = held.enter(&mut *conn, req.is_write())?;
+            let rows = conn.run("postgres", async |live, options| query_on(live, options, stmt, in_transaction).await);
+            match rows {
+                Ok(rows) => rows,
+                Err(e) if in_transaction => return Err(held.abort(&mut *conn, e)),
+                Err(e) => return Err(e),
+            }
+        };
+        sql::decode(&req, Dialect::Postgres, vec![sql_rows(&rows)?]).map_err(|e| failed("decode", e))
+    }
+
+    fn settle(&mut self) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        self.held().settle(&mut *conn)
     }
 }
 

@@ -2,10 +2,14 @@
 //! run ([`ReceiptTableSink`], one INSERT rendered by [`heart_fleet_core::sql::receipt_insert`]),
 //! and reading and verifying what is there ([`AnyStore::verify_receipts`]).
 //!
-//! A receipt is written after the store write it describes, by the process that made it; a
-//! process killed between the two leaves the write without its receipt (never a receipt
-//! without its write). Sink failures cannot fail a lease operation (the core's rule): each
-//! lost receipt is kept in [`TableSinkHealth`] for the host to report.
+//! A receipt is written in the same transaction as the store write it records
+//! ([`crate::held`]): the sink makes its store hold each operation's writes open until the
+//! operation settles, and inserts the receipts inside. A process killed before the commit
+//! leaves neither; a receipt that cannot be inserted rolls its write back and fails the
+//! operation (every receipt of the core's operations records a write: even a verify touches
+//! the run's `updated_at`). A receipt emitted while no write is held is inserted on its own;
+//! when that fails, only the receipt is lost, and it is kept in [`TableSinkHealth`] for the
+//! host to report.
 //!
 //! Every receipt goes at the next position of its run's chain ([`heart_fleet_core::chain`]):
 //! the sink keeps the head of each run it wrote to, and when another process appended in
@@ -28,12 +32,12 @@ use crate::AnyStore;
 #[derive(Debug, Default)]
 struct Health {
     written: u64,
+    rolled_back: u64,
     error: Option<String>,
     lost: Vec<LostReceipt>,
 }
 
-/// A receipt the sink could not insert, and why. (The write it describes did happen: a
-/// receipt is emitted only after its write succeeded.)
+/// A receipt the sink could not insert while no write was held, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LostReceipt {
     /// The receipt.
@@ -54,7 +58,13 @@ impl TableSinkHealth {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).written
     }
 
-    /// The first insert error, if any.
+    /// Receipts that could not be inserted inside their write's transaction, so that the
+    /// write was rolled back with them and its operation failed.
+    pub fn rolled_back(&self) -> u64 {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner).rolled_back
+    }
+
+    /// The first error of a lost receipt, if any.
     pub fn error(&self) -> Option<String> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).error.clone()
     }
@@ -67,22 +77,26 @@ impl TableSinkHealth {
     }
 }
 
-/// Appends receipts to `heart_receipts` through a clone of a store (sharing its connection;
-/// the fleet emits receipts between store requests, never during one), each chained after the
-/// head of its run and signed with the sink's [`Signer`], by the core's
-/// [`TableAppender`] (the same rule the Node and Python sinks run).
+/// Appends receipts to `heart_receipts` through a clone of a store (sharing its connection
+/// and its held transaction; the fleet emits receipts between store requests, never during
+/// one), each chained after the head of its run and signed with the sink's [`Signer`], by
+/// the core's [`TableAppender`] (the same rule the Node and Python sinks run).
 ///
-/// A failed insert loses that receipt only: the sink goes on with the next one (a store that
-/// failed once, a lost connection, usually answers the next request, and an audit trail that
-/// stopped at the first hiccup would lose everything after it). The insert is not retried,
-/// since its outcome is unknown when the connection died under it; the head of that run is
-/// read from the table again before its next receipt. Every loss is kept in
+/// Making the sink makes the store hold writes ([`crate::held`]): a failed insert inside a
+/// held write dooms it, and the operation fails when it settles. A failed insert of a receipt
+/// emitted while no write is held loses that receipt only: the sink goes on with the next one (a
+/// store that failed once, a lost connection, usually answers the next request, and an audit
+/// trail that stopped at the first hiccup would lose everything after it). The insert is not
+/// retried, since its outcome is unknown when the connection died under it; the head of that
+/// run is read from the table again before its next receipt. Every loss is kept in
 /// [`TableSinkHealth`] for the host to report.
 #[derive(Debug)]
 pub struct ReceiptTableSink {
     store: AnyStore,
     health: TableSinkHealth,
     appender: TableAppender,
+    /// The store's rollbacks when the chain heads were last known good.
+    rollbacks_seen: u64,
 }
 
 impl ReceiptTableSink {
@@ -95,10 +109,18 @@ impl ReceiptTableSink {
     pub fn signed(store: &AnyStore, signer: Arc<Signer>) -> (ReceiptTableSink, TableSinkHealth) {
         let health = TableSinkHealth::default();
         let appender = TableAppender::new(store.dialect(), signer);
-        (ReceiptTableSink { store: store.clone(), health: health.clone(), appender }, health)
+        store.hold_writes();
+        let rollbacks_seen = store.held_rollbacks();
+        (ReceiptTableSink { store: store.clone(), health: health.clone(), appender, rollbacks_seen }, health)
     }
 
     fn append(&mut self, receipt: &HeartReceipt) -> Result<(), String> {
+        let rollbacks = self.store.held_rollbacks();
+        if rollbacks != self.rollbacks_seen {
+            // Receipts this sink chained may have been rolled back with their writes.
+            self.appender.forget_heads();
+            self.rollbacks_seen = rollbacks;
+        }
         let mut statement = self.appender.begin(receipt.clone()).map_err(|e| e.to_string())?;
         loop {
             let rows = match self.store.query(&statement) {
@@ -124,8 +146,12 @@ impl ReceiptSink for ReceiptTableSink {
             Ok(()) => state.written += 1,
             Err(e) => {
                 let error = format!("cannot append to heart_receipts: {e}");
-                state.error.get_or_insert_with(|| error.clone());
-                state.lost.push(LostReceipt { receipt: receipt.clone(), error });
+                if self.store.doom_held(&error) {
+                    state.rolled_back += 1;
+                } else {
+                    state.error.get_or_insert_with(|| error.clone());
+                    state.lost.push(LostReceipt { receipt: receipt.clone(), error });
+                }
             }
         }
     }

@@ -16,15 +16,18 @@ use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OpenFlags};
 
 use crate::failed;
+use crate::held::{Held, TxConn};
 
 /// How long a statement waits for another process's write lock before it fails.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A [`LeaseStore`] over a SQLite connection. Cloning shares the connection (the
-/// receipts-table sink writes through a clone between requests).
+/// receipts-table sink writes through a clone between requests) and the held transaction
+/// ([`crate::held`]).
 #[derive(Clone)]
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
+    held: Arc<Mutex<Held>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -37,7 +40,7 @@ impl SqliteStore {
     /// A store over `conn`, whose schema the caller has migrated
     /// ([`sql::migrations`]`(Dialect::Sqlite)`). `conn` must be in autocommit mode.
     pub fn new(conn: Connection) -> SqliteStore {
-        SqliteStore { conn: Arc::new(Mutex::new(conn)) }
+        SqliteStore { conn: Arc::new(Mutex::new(conn)), held: Arc::default() }
     }
 
     /// Opens the database file at `path` (created only when `create` is set) in WAL mode
@@ -106,22 +109,51 @@ impl SqliteStore {
 
     /// Runs `f` inside `BEGIN IMMEDIATE` … `COMMIT` (`ROLLBACK` when it fails).
     pub fn transaction<T>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
-        let conn = self.connection();
-        conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| sq("sqlite begin", &e))?;
-        let out = match f(&conn) {
-            Ok(v) => v,
-            Err(e) => {
-                // The statement's failure is the one to report.
-                let _ = conn.execute_batch("ROLLBACK");
-                return Err(e);
-            }
-        };
-        if let Err(e) = conn.execute_batch("COMMIT") {
-            let _ = conn.execute_batch("ROLLBACK");
-            return Err(sq("sqlite commit", &e));
-        }
-        Ok(out)
+        transaction(&self.connection(), f)
     }
+
+    /// Holds each operation's writes in one transaction until it settles ([`crate::held`]).
+    pub(crate) fn hold_writes(&self) {
+        self.held().enabled = true;
+    }
+
+    pub(crate) fn held(&self) -> MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The held transaction's calls on a SQLite connection.
+struct SqliteTx<'c>(&'c Connection);
+
+impl TxConn for SqliteTx<'_> {
+    fn begin(&mut self) -> Result<(), StoreError> {
+        self.0.execute_batch("BEGIN IMMEDIATE").map_err(|e| sq("sqlite begin", &e))
+    }
+    fn commit(&mut self) -> Result<(), StoreError> {
+        self.0.execute_batch("COMMIT").map_err(|e| sq("sqlite commit", &e))
+    }
+    fn rollback(&mut self) {
+        // Fails only when no transaction is open, which is what was wanted.
+        let _ = self.0.execute_batch("ROLLBACK");
+    }
+}
+
+/// Runs `f` on `conn` inside `BEGIN IMMEDIATE` … `COMMIT` (`ROLLBACK` when it fails).
+fn transaction<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| sq("sqlite begin", &e))?;
+    let out = match f(conn) {
+        Ok(v) => v,
+        Err(e) => {
+            // The statement's failure is the one to report.
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(e);
+        }
+    };
+    if let Err(e) = conn.execute_batch("COMMIT") {
+        let _ = conn.execute_batch("ROLLBACK");
+        return Err(sq("sqlite commit", &e));
+    }
+    Ok(out)
 }
 
 /// The one-line text of a SQLite error: the database's message, without the SQL it was
@@ -202,7 +234,22 @@ fn run(conn: &Connection, stmts: &[Statement]) -> Result<Vec<Vec<SqlRow>>, Store
 impl LeaseStore for SqliteStore {
     fn execute(&mut self, req: StoreRequest) -> Result<StoreAnswer, StoreError> {
         let stmts = sql::render(&req, Dialect::Sqlite).map_err(|e| failed("render", e))?;
-        let rows = self.transaction(|conn| run(conn, &stmts))?;
+        let rows = {
+            let conn = self.connection();
+            let mut held = self.held();
+            let mut tx = SqliteTx(&conn);
+            if held.enter(&mut tx, req.is_write())? {
+                run(&conn, &stmts).map_err(|e| held.abort(&mut tx, e))?
+            } else {
+                drop(held);
+                transaction(&conn, |conn| run(conn, &stmts))?
+            }
+        };
         sql::decode(&req, Dialect::Sqlite, rows).map_err(|e| failed("decode", e))
+    }
+
+    fn settle(&mut self) -> Result<(), StoreError> {
+        let conn = self.connection();
+        self.held().settle(&mut SqliteTx(&conn))
     }
 }

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use heart_fleet_core::chain::{LogExpectations, LogReport, VerifyKeys};
+use heart_fleet_core::receipt::ReceiptSink;
 use heart_fleet_core::store_suite::{StoreFixture, run_store_suite};
 use heart_fleet_core::{HeartEvent, HeartFleet, HeartReceipt, InstanceRow, IntentRow, RunRow, StoreError, Timestamp};
 use heart_fleet_stores::receipts::ReceiptTableSink;
@@ -195,31 +196,139 @@ fn receipts_go_to_the_table_and_verify_on_sqlite() {
     check_receipt_table(store, connect(&url).unwrap());
 }
 
-/// A failed insert loses that receipt only: it is named in the health handle, and the next
-/// receipt is written again (the sink used to stop at its first failure).
-#[test]
-fn a_failed_receipt_insert_loses_that_receipt_only() {
-    let url = format!("sqlite:{}", temp_db("receipts-lost.db").display());
-    let mut store = connect(&url).unwrap();
-    migrate(&mut store).unwrap();
+/// A receipt that cannot be inserted rolls back the write it records: the operation fails
+/// with a store error, the run is as it was (no lease, the same epoch), the counters did not
+/// count it, and the table has no receipt of it. With the table back, the next acquire goes
+/// through, and its receipt is the run's first; nothing is counted as lost.
+fn check_a_failed_receipt_insert_rolls_its_write_back(mut store: AnyStore) {
     let (sink, health) = ReceiptTableSink::new(&store);
     let mut heart = HeartFleet::new(store.clone()).with_sink(Box::new(sink));
     let (run, _) = heart.ensure_resource_run("mutex", "lost", "lost", "test").unwrap();
-    // The table is away while the acquire's receipt is emitted…
+    let before = heart.get_run(&run.id).unwrap().unwrap();
+    let metrics = *heart.metrics();
     store.batch("ALTER TABLE heart_receipts RENAME TO heart_receipts_away").unwrap();
-    let fence = heart.acquire(&run.id, "A", 60).unwrap().fence.unwrap();
+    let e = heart.acquire(&run.id, "A", 60).unwrap_err();
+    assert_eq!(e.code, heart_fleet_core::ErrorCode::StoreUnavailable, "{e}");
+    assert!(e.message.contains("rolled back") && e.message.contains("heart_receipts"), "{e}");
     store.batch("ALTER TABLE heart_receipts_away RENAME TO heart_receipts").unwrap();
-    // … and back for the release's.
+    assert_eq!(heart.get_run(&run.id).unwrap().unwrap(), before, "the acquire's write was rolled back");
+    assert_eq!(*heart.metrics(), metrics, "a rolled-back acquire is not counted");
+    assert_eq!((health.written(), health.rolled_back()), (0, 1));
+    assert!(health.lost_since(0).is_empty() && health.error().is_none());
+    assert!(store.read_receipts_of(Some(&run.id), 0, 100).unwrap().is_empty());
+
+    let fence = heart.acquire(&run.id, "A", 60).unwrap().fence.unwrap();
+    assert_eq!(fence.epoch, Some(before.fencing_epoch + 1));
+    // A verify writes too (it touches `updated_at` under the store's clock): without its
+    // receipt it fails, and the touch is undone.
+    let held = heart.get_run(&run.id).unwrap().unwrap();
+    store.batch("ALTER TABLE heart_receipts RENAME TO heart_receipts_away").unwrap();
+    assert_eq!(heart.verify_fence(&fence).unwrap_err().code, heart_fleet_core::ErrorCode::StoreUnavailable);
+    store.batch("ALTER TABLE heart_receipts_away RENAME TO heart_receipts").unwrap();
+    assert_eq!(heart.get_run(&run.id).unwrap().unwrap(), held);
     heart.release(&fence, heart_fleet_core::ops::ReleaseTo::Ready).unwrap();
-    assert_eq!(health.written(), 1);
-    let lost = health.lost_since(0);
-    assert_eq!(lost.len(), 1, "{lost:?}");
-    assert_eq!((lost[0].receipt.event.as_str(), lost[0].receipt.run_id.as_str()), ("acquired", run.id.as_str()));
-    assert!(lost[0].error.contains("heart_receipts"), "{lost:?}");
-    assert_eq!(health.error().as_deref(), Some(lost[0].error.as_str()));
-    assert!(health.lost_since(1).is_empty());
-    let counts = store.receipt_counts().unwrap();
-    assert_eq!((counts.get("acquired"), counts.get("released")), (None, Some(&1)));
+    assert_eq!((health.written(), health.rolled_back()), (2, 2));
+    assert!(health.lost_since(0).is_empty() && health.error().is_none());
+    let events: Vec<String> = store
+        .read_receipts_of(Some(&run.id), 0, 100)
+        .unwrap()
+        .iter()
+        .map(|r| r.receipt["event"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(events, ["acquired", "released"]);
+    let r = verify_table(&mut store);
+    assert!(r.passed(), "{:?}", r.findings);
+    assert_eq!((r.runs[&run.id].receipts, r.runs[&run.id].last_seq), (2, Some(2)));
+}
+
+/// A process that dies between a write and its receipt (here: its connection closes with
+/// the write's transaction open, which is what the database sees of a killed process)
+/// leaves neither: the write is rolled back with the receipt.
+fn check_a_write_dies_with_its_uncommitted_receipt(url: &str) {
+    let mut other = connect(url).unwrap();
+    let (run, _) = HeartFleet::new(other.clone()).ensure_resource_run("mutex", "killed", "killed", "test").unwrap();
+    let receipts = other.receipt_counts().unwrap();
+    {
+        let store = connect(url).unwrap();
+        let (sink, _health) = ReceiptTableSink::new(&store);
+        // The process "dies" right after its receipt went to the table sink: the sink below
+        // runs after the table's and ends the connection before the operation can settle.
+        let dying = store.clone();
+        let die = move |_: &HeartReceipt| match &dying {
+            AnyStore::Sqlite(s) => {
+                let conn = s.connection();
+                // What the database keeps of an open transaction when its process dies.
+                conn.execute_batch("ROLLBACK").unwrap();
+            }
+            AnyStore::Postgres(p) => p.disconnect(),
+        };
+        let mut heart = HeartFleet::new(store).with_sink(Box::new(Both(Box::new(sink), Box::new(die))));
+        assert_eq!(heart.acquire(&run.id, "A", 60).unwrap_err().code, heart_fleet_core::ErrorCode::StoreUnavailable);
+    }
+    let row = HeartFleet::new(other.clone()).get_run(&run.id).unwrap().unwrap();
+    assert_eq!(row, run, "the write died with its receipt");
+    assert_eq!(other.receipt_counts().unwrap(), receipts);
+}
+
+/// Writers on their own connections take turns on one run as fast as they can: every
+/// receipt lands at the next position of the run's chain (the write's row lock, or SQLite's
+/// write lock, holds the next writer until the receipt is in), the chain verifies whole, and
+/// the run's fencing epoch equals its `acquired` receipts.
+fn check_concurrent_writers_keep_one_chain(url: &str) {
+    let mut store = connect(url).unwrap();
+    let (run, _) =
+        HeartFleet::new(store.clone()).ensure_resource_run("mutex", "contended", "contended", "test").unwrap();
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let (url, run_id) = (url.to_owned(), run.id.clone());
+            std::thread::spawn(move || {
+                let store = connect(&url).unwrap();
+                let (sink, health) = ReceiptTableSink::new(&store);
+                let mut heart = HeartFleet::new(store).with_sink(Box::new(sink));
+                for _ in 0..40 {
+                    if let Some(fence) = heart.acquire(&run_id, &format!("w{w}"), 60).unwrap().fence {
+                        assert!(heart.verify_fence(&fence).unwrap());
+                        heart.release(&fence, heart_fleet_core::ops::ReleaseTo::Ready).unwrap();
+                    }
+                }
+                assert!(health.error().is_none() && health.rolled_back() == 0);
+                health.written()
+            })
+        })
+        .collect();
+    let written: u64 = writers.into_iter().map(|t| t.join().unwrap()).sum();
+    let report = verify_table(&mut store);
+    assert!(report.passed(), "{:?}", report.findings);
+    let chain = &report.runs[&run.id];
+    assert_eq!(chain.last_seq, Some(written), "{chain:?}");
+    let acquired = store
+        .read_receipts(0, 100_000)
+        .unwrap()
+        .iter()
+        .filter(|r| r.receipt["runId"] == run.id.as_str() && r.receipt["event"] == "acquired")
+        .count() as i64;
+    let row = HeartFleet::new(store).get_run(&run.id).unwrap().unwrap();
+    assert_eq!(row.fencing_epoch, acquired);
+}
+
+/// Two sinks, in order.
+struct Both(Box<dyn ReceiptSink>, Box<dyn ReceiptSink>);
+
+impl ReceiptSink for Both {
+    fn emit(&mut self, receipt: &HeartReceipt) {
+        self.0.emit(receipt);
+        self.1.emit(receipt);
+    }
+}
+
+#[test]
+fn a_failed_receipt_insert_rolls_its_write_back_on_sqlite() {
+    let url = format!("sqlite:{}", temp_db("receipts-lost.db").display());
+    let mut store = connect(&url).unwrap();
+    migrate(&mut store).unwrap();
+    check_a_failed_receipt_insert_rolls_its_write_back(store);
+    check_a_write_dies_with_its_uncommitted_receipt(&url);
+    check_concurrent_writers_keep_one_chain(&url);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -299,6 +408,12 @@ fn postgres_open_migrate_suite_and_receipts() {
     assert!(migrate(&mut store).unwrap().iter().all(|m| m.applied));
     assert!(migrate(&mut store).unwrap().iter().all(|m| !m.applied));
     check_receipt_table(open(&schema.url).unwrap(), open(&schema.url).unwrap());
+    // A schema whose table has no tampered receipts.
+    let held = PgSchema::new(&base);
+    migrate(&mut connect(&held.url).unwrap()).unwrap();
+    check_a_failed_receipt_insert_rolls_its_write_back(open(&held.url).unwrap());
+    check_a_write_dies_with_its_uncommitted_receipt(&held.url);
+    check_concurrent_writers_keep_one_chain(&held.url);
 
     let mut fixture = PgFixture { base, schemas: Vec::new() };
     let report = run_store_suite(&mut fixture);

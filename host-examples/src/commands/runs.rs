@@ -57,7 +57,10 @@ pub fn runs(global: &Global, args: &RunsArgs, out: &mut dyn Write, err: &mut dyn
                 objective: objective.clone(),
                 created_by: created_by.clone(),
             });
-            match s.fleet.store_mut().execute(req) {
+            let store = s.fleet.store_mut();
+            // A request run by hand is settled by hand (`LeaseStore::settle`: the store holds
+            // writes for its receipts table).
+            match store.execute(req).and_then(|a| store.settle().map(|()| a)) {
                 Ok(a) => match a.reply {
                     StoreReply::Ensured { run, created } => {
                         Ok(vec![json_line(&json!({"created": created, "run": run}))])

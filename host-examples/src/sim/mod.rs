@@ -161,4 +161,8 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         self.fault.corrupt_answer(&mut answer);
         Ok(answer)
     }
+
+    fn settle(&mut self) -> Result<(), StoreError> {
+        self.inner.settle()
+    }
 }

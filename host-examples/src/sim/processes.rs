@@ -59,8 +59,8 @@
 //!   once `send_once` returned, `released` / `dropped`. The parent reads them to kill workers
 //!   that hold a lease, and to know which kills landed between a `before` and its `after`.
 //! * **Receipts.** Every process (workers and the parent's sweeper) appends its receipts to
-//!   the store's `heart_receipts` table. A receipt is written after the write it describes,
-//!   so a kill can lose the receipts of the killed worker's last write, never invent one.
+//!   the store's `heart_receipts` table, in the same transaction as the write it records, so
+//!   a kill takes both or neither.
 //!
 //! # The safety report
 //!
@@ -81,9 +81,10 @@
 //! * `receipt_mismatches`: receipts that do not verify; effects with more than one
 //!   `effect_committed` receipt, or one without a delivery; delivered effects with none,
 //!   unless the delivering worker was killed between its `before` and `after` lines (its
-//!   receipt died with it: counted in `receipts_lost_to_kills`).
+//!   receipt died with it: counted in `receipts_lost_to_kills`); and each run's lease grants
+//!   (its fencing epoch) without their `acquired` receipt in the table, or the reverse.
 //!
-//! A receipt whose insert failed (the store's connection was lost under it) is journaled by
+//! A receipt emitted while no write was held whose insert failed is journaled by
 //! the process's sink, whole; the books above count it as what happened, and the report
 //! counts it in `receipts_lost_to_store_errors`. An insert the process gave up on may still
 //! land (its bytes were in flight when the connection was dropped): a journaled receipt
@@ -393,6 +394,39 @@ fn sim_runs(store: &mut AnyStore, sim_id: &str) -> Result<Vec<(String, String)>,
     Ok(store.query(&q)?.iter().map(|r| (cell_text(r, "id"), cell_text(r, "status"))).collect())
 }
 
+/// The fencing epoch of each of the simulation's runs: how many leases were granted on it.
+fn sim_epochs(store: &mut AnyStore, sim_id: &str) -> Result<BTreeMap<String, i64>, StoreError> {
+    let like = format!("{}%", run_prefix(sim_id));
+    let q = match store.dialect() {
+        Dialect::Sqlite => {
+            stmt("SELECT id, fencing_epoch FROM agent_runs WHERE idempotency_key LIKE ?1".into(), vec![text(&like)])
+        }
+        Dialect::Postgres => stmt(
+            "SELECT id::text AS id, fencing_epoch::bigint AS fencing_epoch FROM agent_runs \
+             WHERE idempotency_key LIKE $1::text"
+                .into(),
+            vec![text(&like)],
+        ),
+    };
+    Ok(store.query(&q)?.iter().map(|r| (cell_text(r, "id"), cell_int(r, "fencing_epoch"))).collect())
+}
+
+/// Lease grants without their `acquired` receipt in the table, and `acquired` receipts
+/// without a grant: each run's fencing epoch against its `acquired` receipts. The receipt is
+/// written in the grant's own transaction, so a kill or a lost connection takes both or
+/// neither, and this is zero.
+fn grants_unmatched(epochs: &BTreeMap<String, i64>, stored: &[StoredReceipt]) -> u64 {
+    let mut acquired: BTreeMap<&str, i64> = BTreeMap::new();
+    for r in stored {
+        if field(&r.receipt, "event") == Some("acquired")
+            && let Some(run) = field(&r.receipt, "runId")
+        {
+            *acquired.entry(run).or_default() += 1;
+        }
+    }
+    epochs.iter().map(|(run, epoch)| (epoch - acquired.get(run.as_str()).copied().unwrap_or(0)).unsigned_abs()).sum()
+}
+
 fn open_intents(store: &mut AnyStore, sim_id: &str) -> Result<i64, StoreError> {
     let like = format!("{}%", run_prefix(sim_id));
     let p = match store.dialect() {
@@ -557,9 +591,9 @@ impl Journal {
 }
 
 /// The table sink, journaling each receipt it could not insert (the whole receipt), so the
-/// checker rebuilds the history from what happened, not only from what reached the table: a
-/// receipt is emitted after its write succeeded, and a lost connection can take the insert of
-/// the receipt with it.
+/// checker rebuilds the history from what happened, not only from what reached the table.
+/// (A receipt that cannot be inserted rolls its write back, so this journals only a receipt
+/// emitted while no write was held, which the core's operations never emit.)
 struct JournaledTableSink {
     table: ReceiptTableSink,
     health: TableSinkHealth,
@@ -1019,7 +1053,11 @@ impl Parent<'_> {
                 objective: "heart-fleet simulate --processes".into(),
                 created_by: "heart-fleet:simulate".into(),
             });
-            let a = self.fleet.store_mut().execute(req).map_err(|e| format!("create runs: {e}"))?;
+            let store = self.fleet.store_mut();
+            // A request run by hand is settled by hand (`LeaseStore::settle`: the store holds
+            // writes for its receipts table).
+            let a = store.execute(req).and_then(|a| store.settle().map(|()| a));
+            let a = a.map_err(|e| format!("create runs: {e}"))?;
             if !matches!(a.reply, StoreReply::Ensured { .. }) {
                 return Err("create runs: the store answered something other than the run".into());
             }
@@ -1269,6 +1307,8 @@ impl Parent<'_> {
             }
         }
         let stored = receipts.len() as u64;
+        let epochs = sim_epochs(&mut self.ext, &self.sim_id).map_err(err_text)?;
+        b.receipt_mismatches += grants_unmatched(&epochs, &receipts);
         let mut by_event: BTreeMap<String, u64> = BTreeMap::new();
         for r in &receipts {
             let event = r.receipt.get("event").and_then(Value::as_str).unwrap_or("?").to_owned();

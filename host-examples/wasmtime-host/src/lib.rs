@@ -203,16 +203,27 @@ impl<S: LeaseStore> lease_store::Host for HostState<S> {
     }
 }
 
-impl<S> effects::Host for HostState<S> {
+impl<S: LeaseStore> HostState<S> {
+    /// The host's turn inside an operation (an effect may take long): the writes so far
+    /// are committed first (`LeaseStore::settle`).
+    fn settle_before_host(&mut self) -> Result<(), String> {
+        self.lease.settle().map_err(|e| format!("the writes were rolled back: {e}"))
+    }
+}
+
+impl<S: LeaseStore> effects::Host for HostState<S> {
     fn run_effect(&mut self, handle: u64, effect_key: String, epoch: Option<i64>) -> Result<String, String> {
+        self.settle_before_host()?;
         self.hooks.get(handle)?.run_effect(&effect_key, epoch).map(|v| v.to_string())
     }
 
     fn record_once(&mut self, handle: u64, run_id: String, effect_key: String) -> Result<bool, String> {
+        self.settle_before_host()?;
         self.hooks.get(handle)?.record_once(&run_id, &effect_key)
     }
 
     fn probe(&mut self, handle: u64, intent: wit::IntentRow) -> Result<effects::ProbeVerdict, String> {
+        self.settle_before_host()?;
         let intent = convert::intent(intent)?;
         Ok(match self.hooks.get(handle)?.probe(&intent)? {
             ProbeVerdict::Sent(evidence) => effects::ProbeVerdict::Sent(evidence.to_string()),
@@ -502,7 +513,14 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
         f: impl FnOnce(&mut Store<HostState<S>>, &Live, u64) -> Wasm<(R, xfleet::Emitted)>,
     ) -> Result<R, HeartError> {
         let (result, emitted) = self.call(what, hooks, f)?;
+        let before = self.metrics;
         self.absorb(emitted);
+        // The receipts went to the sink: a store that holds the writes until then commits
+        // them now, or rolls them back with their receipts (`LeaseStore::settle`).
+        if let Err(e) = self.store.data_mut().lease.settle() {
+            self.metrics = before;
+            return Err(HeartError::store("the writes were rolled back with their receipts", &e));
+        }
         Ok(result)
     }
 
