@@ -62,7 +62,8 @@ use heart_fleet_core::ops::{Fenced, ReleaseTo};
 use heart_fleet_core::sql::{self, Dialect, SqlParam, SqlValue, Statement};
 use heart_fleet_core::{HeartFleet, HeartReceipt, LeaseStore, StoreAnswer, StoreError, StoreRequest};
 use heart_fleet_stores::pg::sql_rows;
-use heart_fleet_stores::{PgStore, connect, migrate};
+use heart_fleet_stores::receipts::ReceiptTableSink;
+use heart_fleet_stores::{AnyStore, PgStore, connect, migrate};
 use postgres::types::{ToSql, Type};
 
 type BoxError = Box<dyn Error + Send + Sync>;
@@ -349,10 +350,25 @@ enum Variant {
     PlainPrepared,
     /// Plain UPDATEs sent as text with `Client::query(&str)`, as `PgStore` sends its statements.
     PlainText,
+    /// `HeartFleet<PgStore>` with its receipts going to `heart_receipts` through a
+    /// `ReceiptTableSink` on a clone of the store: each receipt in its write's transaction
+    /// (as the CLI and the Rust workers run).
+    ReceiptsHeld,
+    /// The same, the sink on a connection of its own: each receipt inserted after its write,
+    /// in a statement of its own (what the Rust sink did before receipts were held, and what
+    /// the Node and Python sinks do).
+    ReceiptsAfter,
 }
 
-const VARIANTS: [Variant; 5] =
-    [Variant::Heart, Variant::HeartTyped, Variant::HeartPrepared, Variant::PlainPrepared, Variant::PlainText];
+const VARIANTS: [Variant; 7] = [
+    Variant::Heart,
+    Variant::HeartTyped,
+    Variant::HeartPrepared,
+    Variant::PlainPrepared,
+    Variant::PlainText,
+    Variant::ReceiptsHeld,
+    Variant::ReceiptsAfter,
+];
 
 impl Variant {
     fn name(self) -> &'static str {
@@ -362,6 +378,8 @@ impl Variant {
             Variant::HeartPrepared => "heart_prepared (not shipped)",
             Variant::PlainPrepared => "plain_prepared",
             Variant::PlainText => "plain_text",
+            Variant::ReceiptsHeld => "heart + receipts table, in the write's transaction",
+            Variant::ReceiptsAfter => "heart + receipts table, after the write",
         }
     }
 }
@@ -484,6 +502,15 @@ fn cycler(variant: Variant, config: &postgres::Config, run_id: &str, counted: bo
             Box::new(PlainCycler { client, prepared: Some((acq, rel)), run_id, owner, statements: 0 })
         }
         Variant::PlainText => Box::new(PlainCycler { client: client()?, prepared: None, run_id, owner, statements: 0 }),
+        Variant::ReceiptsHeld | Variant::ReceiptsAfter => {
+            let store = PgStore::connect(&url_of(config))?;
+            let sink_store = match variant {
+                Variant::ReceiptsHeld => store.clone(),
+                _ => PgStore::connect(&url_of(config))?,
+            };
+            let (sink, _) = ReceiptTableSink::new(&AnyStore::Postgres(sink_store));
+            Box::new(PureFleetCycler { fleet: HeartFleet::new(store).with_sink(Box::new(sink)), run_id, owner })
+        }
     })
 }
 
@@ -550,7 +577,8 @@ fn cycle_section(o: &Opts, schema: &Schema) -> Res<()> {
     );
     // Test mode: the shipped fleet and the floor only (the wire section ran every variant);
     // each connection costs ~0.1 s there (SCRAM in an unoptimized build).
-    let variants: &[Variant] = if o.full { &VARIANTS } else { &[Variant::Heart, Variant::PlainPrepared] };
+    let variants: &[Variant] =
+        if o.full { &VARIANTS } else { &[Variant::Heart, Variant::PlainPrepared, Variant::ReceiptsHeld] };
     for clients in [1usize, 4] {
         let runs = client_runs(schema, clients)?;
         let mut per: HashMap<Variant, Vec<f64>> = HashMap::new();
@@ -810,7 +838,9 @@ fn wire_section(o: &Opts, schema: &Schema) -> Res<()> {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut admin = postgres::Client::connect(&schema.url, postgres::NoTls)?;
-    for (i, v) in VARIANTS.into_iter().enumerate() {
+    // The receipts variants are timed only: their sinks' statements are not counted here.
+    let fleet_only = VARIANTS.into_iter().filter(|v| !matches!(v, Variant::ReceiptsHeld | Variant::ReceiptsAfter));
+    for (i, v) in fleet_only.enumerate() {
         let (addr, wire) = proxy(target)?;
         let application = format!("bench-wire-{}-{i}", std::process::id());
         let mut c = cycler(v, &via(&config, addr, &application), &runs[0], true)?;
