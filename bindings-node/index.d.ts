@@ -452,7 +452,12 @@ export declare class PgLeaseStore implements LeaseStore {
   /** Runs the core's migrations (idempotent). */
   /** The core's migration protocol; resolves to each migration and whether this call applied it. */
   migrate(): Promise<{ name: string; applied: boolean }[]>;
-  /** An `onReceipt` sink appending to `heart_receipts` in the background; `flush()` waits for it. */
+  /**
+   * An `onReceipt` sink appending to `heart_receipts`, chained per run. Given to a `HeartFleet`
+   * over this same store, each operation's writes and their receipts commit in one transaction
+   * (a receipt that cannot be inserted rolls its write back: store-unavailable); anywhere else
+   * it appends in the background after the write, and `flush()` waits for it.
+   */
   receiptSink(options?: {
     onError?: (error: unknown, receipt: HeartReceipt) => void;
     /** Key file texts (an HMAC key and/or an Ed25519 secret key) that sign each receipt's link. */

@@ -12,6 +12,7 @@
 const native = require('./native.cjs');
 const { decodeAnswer } = require('./compact.cjs');
 const { MemoryLeaseStore, NATIVE } = require('./memory-store.cjs');
+const { PgLeaseStore } = require('./pg-store.cjs');
 const { LEASE_STORE_METHODS, missingMethods, referenceCalls, leaseStoreCall, referenceRequest, settle } = require('./reference-store.cjs');
 const {
   codedError,
@@ -48,8 +49,12 @@ function freezeReceipt(r) {
   return Object.freeze(r);
 }
 
-function deliver(fleet, receipts) {
+function deliver(fleet, receipts, held = null) {
   if (!receipts) return;
+  if (held) {
+    for (const r of receipts) held.receipt(freezeReceipt(r));
+    return;
+  }
   const sink = fleet._onReceipt;
   for (const r of receipts) {
     try {
@@ -165,10 +170,17 @@ function storeFailed(op, e) {
 async function driveStep(fleet, kind, argsText, host, storeFor) {
   const nf = fleet[NATIVE];
   const reference = fleet._reference;
-  let first;
-  if (storeFor) first = nf.beginOnHost(kind, argsText);
-  else if (reference) first = nf.beginOnReference(kind, argsText, reference.casRetries);
-  else first = nf.begin(kind, argsText);
+  // A fleet whose sink is its PgLeaseStore's receiptSink holds each operation's writes and
+  // their receipts in one transaction (pg-store.cjs, HeldTransaction).
+  const held = fleet._holdsReceipts ? fleet.store._holdFor(fleet._onReceipt) : null;
+  const counted = held ? new Unsettled(nf) : null;
+  const begin = () => {
+    if (storeFor) return nf.beginOnHost(kind, argsText);
+    if (reference) return nf.beginOnReference(kind, argsText, reference.casRetries);
+    return nf.begin(kind, argsText);
+  };
+  // What `begin` counts (say acquireAttempts) belongs to the operation too.
+  const first = counted ? counted.count(begin) : begin();
   if (typeof first === 'string') {
     const step = stepOf(first);
     if (step.receipts) deliver(fleet, step.receipts);
@@ -176,26 +188,86 @@ async function driveStep(fleet, kind, argsText, host, storeFor) {
   }
   const op = new Operation(nf, first);
   try {
-    return await driveOperation(fleet, op, host, storeFor);
+    return await driveOperation(fleet, op, host, storeFor, held, counted);
   } finally {
     // An operation left behind by an exception is freed; a finished one was freed already
     // (and its handle may belong to another operation by now).
     if (!op.finished) nf.abandon(first);
+    if (held?.open) await held.abandon();
   }
 }
 
-/** The loop of driveStep over a begun operation. */
-async function driveOperation(fleet, op, host, storeFor) {
+/**
+ * What one operation counted since its writes were last committed, so a held transaction
+ * that rolls back takes it back (`uncount`). The native calls that resume an operation are
+ * synchronous, so what the counters gained across one is that operation's.
+ */
+class Unsettled {
+  constructor(nf) {
+    this.nf = nf;
+    this.delta = null;
+  }
+
+  /** Runs `resume` (a synchronous native call) and adds what it counted. */
+  count(resume) {
+    const before = this.nf.metrics();
+    const text = resume();
+    const after = this.nf.metrics();
+    this.delta ??= Object.fromEntries(Object.keys(after).map((k) => [k, 0]));
+    for (const k of Object.keys(after)) this.delta[k] += after[k] - before[k];
+    return text;
+  }
+
+  /** The writes committed: nothing to take back. */
+  settled() {
+    this.delta = null;
+  }
+
+  /** The writes were rolled back: what they counted did not happen. */
+  rolledBack() {
+    if (this.delta) this.nf.uncount(this.delta);
+    this.delta = null;
+  }
+}
+
+/**
+ * Settles the held transaction (commits what the operation wrote so far): null, or the
+ * final step of an operation whose writes were rolled back (their counts taken back).
+ */
+async function settleHeld(held, counted) {
+  try {
+    await held.settle();
+    counted.settled();
+    return null;
+  } catch (e) {
+    counted.rolledBack();
+    return { done: true, error: { code: e.code ?? 'store-unavailable', message: messageOf(e) } };
+  }
+}
+
+/** The loop of driveStep over a begun operation (`held`, `counted`: see driveStep). */
+async function driveOperation(fleet, op, host, storeFor, held, counted) {
   const calls = operationCalls(fleet);
+  const resume = counted ? (f) => counted.count(f) : (f) => f();
   let step = stepOf(op.need());
   let hostThrew = null;
   for (;;) {
     if (step.done) op.finished = true;
-    if (step.receipts) deliver(fleet, step.receipts);
+    if (step.receipts) deliver(fleet, step.receipts, held);
     if (step.done) {
       if (calls) settle(calls);
+      if (held) {
+        const rolledBack = await settleHeld(held, counted);
+        // An operation that failed already keeps its own error.
+        if (rolledBack && !step.error) return rolledBack;
+      }
       if (hostThrew) throw hostThrew.error;
       return step;
+    }
+    if (held && step.need !== 'store' && step.need !== 'call') {
+      // The caller's turn (an effect may take long): what was written is committed first.
+      const rolledBack = await settleHeld(held, counted);
+      if (rolledBack) return rolledBack;
     }
     let text;
     switch (step.need) {
@@ -204,19 +276,20 @@ async function driveOperation(fleet, op, host, storeFor) {
           const request = op.request();
           const parsed = storeFor ? JSON.parse(request) : null;
           const routed = parsed && storeFor(parsed);
-          let ans = routed ? routed.execute(parsed) : storeCall(fleet, request, calls);
+          let ans = routed ? routed.execute(parsed) : held ? held.execute(request) : storeCall(fleet, request, calls);
           if (isThenable(ans)) ans = await bounded(ans, fleet._storeTimeoutMs);
           let answer;
           try {
             answer = answerText(ans);
           } catch (e) {
             // A store that answers nonsense ends the operation with store-protocol.
-            text = op.resumeStore('{"invalid":' + JSON.stringify(messageOf(e)) + '}');
+            const invalid = '{"invalid":' + JSON.stringify(messageOf(e)) + '}';
+            text = resume(() => op.resumeStore(invalid));
             break;
           }
-          text = op.resumeStore(answer);
+          text = resume(() => op.resumeStore(answer));
         } catch (e) {
-          text = storeFailed(op, e);
+          text = resume(() => storeFailed(op, e));
         }
         break;
       }
@@ -232,9 +305,9 @@ async function driveOperation(fleet, op, host, storeFor) {
         try {
           let first = host.recordOnce(step.runId, step.effectKey);
           if (isThenable(first)) first = await first;
-          text = op.resumeRecorded(Boolean(first));
+          text = resume(() => op.resumeRecorded(Boolean(first)));
         } catch (e) {
-          text = op.resumeRecordedError(messageOf(e));
+          text = resume(() => op.resumeRecordedError(messageOf(e)));
         }
         break;
       }
@@ -242,10 +315,10 @@ async function driveOperation(fleet, op, host, storeFor) {
         try {
           let v = host.effect(step.effectKey, step.epoch);
           if (isThenable(v)) v = await v;
-          text = op.resumeEffect(v === undefined ? 'null' : v);
+          text = resume(() => op.resumeEffect(v === undefined ? 'null' : v));
         } catch (e) {
           hostThrew = { error: e };
-          text = op.resumeEffectError(messageOf(e));
+          text = resume(() => op.resumeEffectError(messageOf(e)));
         }
         break;
       }
@@ -253,14 +326,15 @@ async function driveOperation(fleet, op, host, storeFor) {
         try {
           let v = host.probe(step.intent);
           if (isThenable(v)) v = await v;
-          text = op.resumeProbe(JSON.stringify(v ?? { status: 'unknown' }));
+          const verdict = JSON.stringify(v ?? { status: 'unknown' });
+          text = resume(() => op.resumeProbe(verdict));
         } catch (e) {
-          text = op.resumeProbeError(messageOf(e));
+          text = resume(() => op.resumeProbeError(messageOf(e)));
         }
         break;
       }
       default:
-        text = op.resumeStoreFailure('store-unavailable', `unknown need ${step.need}`);
+        text = resume(() => op.resumeStoreFailure('store-unavailable', `unknown need ${step.need}`));
     }
     step = stepOf(text);
   }
@@ -394,6 +468,8 @@ class HeartFleet {
     Object.defineProperty(this, 'maxRetries', { value: max === null ? Infinity : max, enumerable: true });
     this._onReceipt = typeof onReceipt === 'function' ? onReceipt : null;
     this._textStore = kind !== 'reference' && typeof store.executeJson === 'function';
+    // The sink is this PgLeaseStore's receiptSink: receipts commit with their writes.
+    this._holdsReceipts = store instanceof PgLeaseStore && store._holdFor(this._onReceipt) !== null;
     this[NATIVE] = new native.NativeFleet(max, this._onReceipt !== null);
     // On a MemoryLeaseStore the lease cycle takes the core's compact path (no JSON).
     this._memory = store instanceof MemoryLeaseStore;

@@ -83,6 +83,173 @@ function cancelStatement(conn) {
   });
 }
 
+/** A receipts-table sink's link to its store and appender (see receiptSink). */
+const RECEIPT_TABLE = Symbol('heart-fleet.receiptTable');
+
+/** A node-postgres result in `rowMode: 'array'` as the core reads rows: `[[column, value], ...]` per row. */
+function rowsOf(res) {
+  const names = res.fields.map((f) => f.name);
+  return res.rows.map((row) => row.map((v, i) => [names[i], v]));
+}
+
+/**
+ * Appends one receipt to `heart_receipts`: the core's appender decides each statement (the
+ * run's head, the chained insert, chaining again when the position was taken), `query`
+ * runs it.
+ */
+async function appendReceipt(appender, receipt, query) {
+  let st = JSON.parse(appender.begin(JSON.stringify(receipt)));
+  for (;;) {
+    let res;
+    try {
+      res = await query({ text: st.sql, values: st.params.map(param), rowMode: 'array' });
+    } catch (e) {
+      appender.failed();
+      throw e;
+    }
+    const next = appender.answer(JSON.stringify(rowsOf(res)));
+    if (next === null) return;
+    st = JSON.parse(next);
+  }
+}
+
+/**
+ * One operation's requests and the receipts of its writes, in one transaction on one
+ * connection (receiptSink). The first request opens it (BEGIN); each receipt the core emits
+ * is inserted inside it before the next request runs; `settle` commits it, or rolls it back
+ * when a receipt could not be inserted, a request failed inside it or the COMMIT failed, and
+ * then throws store-unavailable saying why. On PostgreSQL a write's row lock holds until the
+ * commit, so the next writer of the run waits and chains its receipts after these.
+ */
+class HeldTransaction {
+  constructor(store, table) {
+    this.store = store;
+    this.table = table;
+    /** The connection while a transaction is open. */
+    this.conn = null;
+    /** The receipt inserts queued in the open transaction. */
+    this.appends = Promise.resolve();
+    /** Why the open transaction must roll back (a receipt insert failed). */
+    this.doomed = null;
+    /** Why a transaction was rolled back since the last settle. */
+    this.rolledBack = null;
+  }
+
+  /** Whether a transaction is open. */
+  get open() {
+    return this.conn !== null;
+  }
+
+  async _begin() {
+    const store = this.store;
+    let conn;
+    if (store._pooled) {
+      conn = await store.db.connect();
+    } else {
+      while (store._clientHeld) await store._clientHeld;
+      store._clientHeld = new Promise((resolve) => {
+        this._freeClient = resolve;
+      });
+      conn = store.db;
+    }
+    this.conn = conn;
+    try {
+      await store._queryOn(conn, { text: 'BEGIN' });
+    } catch (e) {
+      this._close(e);
+      throw e;
+    }
+  }
+
+  /** Gives the connection back (destroyed after `error`, unless the deadline dropped it already). */
+  _close(error) {
+    const conn = this.conn;
+    this.conn = null;
+    if (this.store._pooled) {
+      if (!error?.connectionDropped) conn.release(error);
+    } else {
+      this.store._clientHeld = null;
+      this._freeClient();
+    }
+  }
+
+  async _rollBack(reason, error) {
+    if (!this.open) return;
+    const conn = this.conn;
+    if (!error?.connectionDropped) await this.store._queryOn(conn, { text: 'ROLLBACK' }).catch(() => {});
+    this._close(error);
+    this.doomed = null;
+    this.rolledBack ??= reason;
+    this.table.appender.forgetHeads();
+  }
+
+  /** One store request (JSON text) inside the transaction, which it opens if none is. */
+  async execute(request) {
+    const rendered = PgLeaseStore._rendered(request);
+    await this.appends;
+    if (this.doomed !== null) {
+      await this._rollBack(`a receipt could not be written: ${this.doomed}`);
+      throw codedError('store-unavailable', `the operation's writes were rolled back with their receipts: ${this.rolledBack}`);
+    }
+    if (!this.open) await this._begin();
+    const conn = this.conn;
+    try {
+      return await this.store._answer(rendered, (config) => this.store._queryOn(conn, config));
+    } catch (e) {
+      // PostgreSQL aborts the transaction anyway: everything in it goes now.
+      await this._rollBack(`a request of the operation failed: ${messageOf(e)}`, e);
+      throw e;
+    }
+  }
+
+  /** A receipt of the operation: inserted in the open transaction, else by the sink in the background. */
+  receipt(receipt) {
+    if (!this.open) {
+      this.table.background(receipt);
+      return;
+    }
+    const conn = this.conn;
+    this.appends = this.appends.then(async () => {
+      if (this.doomed !== null || this.conn !== conn) return;
+      try {
+        await appendReceipt(this.table.appender, receipt, (config) => this.store._queryOn(conn, config));
+      } catch (e) {
+        this.doomed = messageOf(e);
+      }
+    });
+  }
+
+  /**
+   * Commits the open transaction (or rolls it back, see the class comment). Throws
+   * store-unavailable when anything was rolled back since the last settle.
+   */
+  async settle() {
+    await this.appends;
+    if (this.open) {
+      if (this.doomed !== null) {
+        await this._rollBack(`a receipt could not be written: ${this.doomed}`);
+      } else {
+        try {
+          await this.store._queryOn(this.conn, { text: 'COMMIT' });
+          this._close();
+        } catch (e) {
+          await this._rollBack(`the commit failed: ${messageOf(e)}`, e);
+        }
+      }
+    }
+    const reason = this.rolledBack;
+    this.rolledBack = null;
+    if (reason !== null) throw codedError('store-unavailable', `the operation's writes were rolled back with their receipts: ${reason}`);
+  }
+
+  /** Rolls back what is open (the operation was left by an exception). */
+  async abandon() {
+    await this.appends;
+    await this._rollBack('the operation was abandoned');
+    this.rolledBack = null;
+  }
+}
+
 /**
  * A heart-fleet store over PostgreSQL (node-postgres). Every store request is one
  * statement, run in autocommit on whatever connection the pool hands out; the statement
@@ -166,6 +333,8 @@ class PgLeaseStore {
     this._pooled = typeof db.connect === 'function' && typeof db.totalCount === 'number';
     this._prepare = options.prepare ?? !(typeof connectionString === 'string' && poolerUrl(connectionString));
     this._names = new Map();
+    /** Over a single client: the open held transaction's end (its statements go first). */
+    this._clientHeld = null;
   }
 
   _name(sql) {
@@ -184,9 +353,34 @@ class PgLeaseStore {
    * discarded, and the request fails (store-unavailable). See the class comment.
    */
   async _query(config) {
-    const ms = this._queryTimeoutMs;
-    if (!this._pooled) return this.db.query({ ...config, query_timeout: ms });
+    if (!this._pooled) {
+      // A held transaction owns the single client until it settles (see HeldTransaction).
+      while (this._clientHeld) await this._clientHeld;
+      return this.db.query({ ...config, query_timeout: this._queryTimeoutMs });
+    }
     const conn = await this.db.connect();
+    let res;
+    try {
+      res = await this._queryOn(conn, config);
+    } catch (e) {
+      // As pg.Pool#query does: a connection whose statement failed is not reused (one that
+      // missed its deadline was dropped already).
+      if (!e.connectionDropped) conn.release(e);
+      throw e;
+    }
+    conn.release();
+    return res;
+  }
+
+  /**
+   * Runs one statement on `conn`, a connection the caller checked out of the pool (or the
+   * single client), within queryTimeoutMs. A pooled connection that misses the deadline is
+   * asked to cancel the statement and then destroyed (released with an error): the caller
+   * must not release it again.
+   */
+  async _queryOn(conn, config) {
+    const ms = this._queryTimeoutMs;
+    if (!this._pooled) return conn.query({ ...config, query_timeout: ms });
     // The connection dying while it is ours fails the statement below; unheard, its 'error'
     // event would end the process.
     const ignore = () => {};
@@ -199,26 +393,23 @@ class PgLeaseStore {
     try {
       // The race also hears the statement's failure after the deadline (the dropped connection).
       res = await Promise.race([conn.query(config), deadline]);
-    } catch (e) {
-      // As pg.Pool#query does: a connection whose statement failed is not reused.
-      conn.release(e);
-      throw e;
     } finally {
       clearTimeout(timer);
+      conn.removeListener('error', ignore);
     }
     if (res === MISSED) {
       // Cancelled before the connection goes: PgBouncer links a cancel request to its client.
       await cancelStatement(conn);
       conn.release(true);
-      throw codedError('store-unavailable', `postgres: no answer within ${ms} ms (queryTimeoutMs); the server was asked to cancel the statement and the connection was dropped`);
+      const e = codedError('store-unavailable', `postgres: no answer within ${ms} ms (queryTimeoutMs); the server was asked to cancel the statement and the connection was dropped`);
+      e.connectionDropped = true;
+      throw e;
     }
-    conn.removeListener('error', ignore);
-    conn.release();
     return res;
   }
 
-  /** The store contract: one StoreRequest → its StoreAnswer (as JSON text). */
-  async execute(request) {
+  /** A request's statements (as the core renders them) and the request's JSON text. */
+  static _rendered(request) {
     if (typeof request !== 'string' && (request === null || typeof request !== 'object')) {
       throw typeError(`PgLeaseStore.execute: a StoreRequest is an object, got ${describe(request)}`);
     }
@@ -231,25 +422,31 @@ class PgLeaseStore {
         throw typeError(`PgLeaseStore.execute: the request is not JSON: ${messageOf(e)}`);
       }
     }
-    let statements;
     try {
-      statements = JSON.parse(native.sqlRender(text, 'postgres'));
+      return { text, statements: JSON.parse(native.sqlRender(text, 'postgres')) };
     } catch (e) {
       return rethrowNative(e);
     }
+  }
+
+  /** Runs a rendered request with `query` (one statement's config → its result) and decodes the answer. */
+  async _answer({ text, statements }, query) {
     const results = [];
     for (const st of statements) {
       const config = { text: st.sql, values: st.params.map(param), rowMode: 'array' };
       if (this._prepare) config.name = this._name(st.sql);
-      const res = await this._query(config);
-      const names = res.fields.map((f) => f.name);
-      results.push(res.rows.map((row) => row.map((v, i) => [names[i], v])));
+      results.push(rowsOf(await query(config)));
     }
     try {
       return native.sqlDecode(text, 'postgres', JSON.stringify(results));
     } catch (e) {
       return rethrowNative(e);
     }
+  }
+
+  /** The store contract: one StoreRequest → its StoreAnswer (as JSON text). */
+  async execute(request) {
+    return this._answer(PgLeaseStore._rendered(request), (config) => this._query(config));
   }
 
   /** The store contract's text form (the fleet uses it: no JSON parse in JavaScript). */
@@ -299,9 +496,20 @@ class PgLeaseStore {
    * run (`seq`, `prev`, `link`, as the CLI and the Rust stores write them) and, with
    * `signingKeys` (key file texts: an HMAC key and/or an Ed25519 secret key), signed. The
    * core decides every statement (the run's head, the insert, chaining again when another
-   * writer took the position); this loop only runs them. Inserts run in the background, in
-   * order; a failure goes to `onError` (default: ignored), never to the lease operation.
-   * A bad signing key throws here, `invalid-input`, without the key.
+   * writer took the position); this code only runs them. A bad signing key throws here,
+   * `invalid-input`, without the key.
+   *
+   * Given to a `HeartFleet` over this same store (`new HeartFleet({store, onReceipt:
+   * store.receiptSink()})`), the receipts commit with the writes they record: each
+   * operation's requests run in one transaction on one connection (HeldTransaction), the
+   * receipts are inserted inside it as the core emits them, and it commits when the
+   * operation ends or hands control to the caller (an effect, a probe), so no effect runs
+   * inside a transaction. A process killed before the commit leaves neither the writes nor
+   * their receipts; a receipt that cannot be inserted rolls its writes back and the
+   * operation fails with store-unavailable, its counters taken back. Used anywhere else (a
+   * fleet over another store, a call of your own), the sink appends in the background, in
+   * order, after the write; a failure goes to `onError` (default: ignored), never to the
+   * lease operation.
    */
   receiptSink({ onError, signingKeys = [] } = {}) {
     if (!Array.isArray(signingKeys) || !signingKeys.every((k) => typeof k === 'string')) {
@@ -321,32 +529,26 @@ class PgLeaseStore {
     } catch (e) {
       rethrowNative(e);
     }
-    const append = async (receipt) => {
-      let st = JSON.parse(appender.begin(JSON.stringify(receipt)));
-      for (;;) {
-        let res;
-        try {
-          res = await this._query({ text: st.sql, values: st.params.map(param), rowMode: 'array' });
-        } catch (e) {
-          appender.failed();
-          throw e;
-        }
-        const names = res.fields.map((f) => f.name);
-        const next = appender.answer(JSON.stringify(res.rows.map((row) => row.map((v, i) => [names[i], v]))));
-        if (next === null) return;
-        st = JSON.parse(next);
-      }
-    };
     let chain = Promise.resolve();
     const sink = (receipt) => {
       chain = chain
-        .then(() => append(receipt))
+        .then(() => appendReceipt(appender, receipt, (config) => this._query(config)))
         .catch((e) => {
           if (onError) onError(e, receipt);
         });
     };
     sink.flush = () => chain;
+    Object.defineProperty(sink, RECEIPT_TABLE, { value: { store: this, appender, background: sink } });
     return sink;
+  }
+
+  /**
+   * A held transaction for one operation of a fleet whose `onReceipt` is `sink`, a
+   * `receiptSink()` of this store (see receiptSink); null for any other sink.
+   */
+  _holdFor(sink) {
+    const table = typeof sink === 'function' ? sink[RECEIPT_TABLE] : undefined;
+    return table && table.store === this ? new HeldTransaction(this, table) : null;
   }
 
   _unchainedSink(onError) {

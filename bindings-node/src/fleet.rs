@@ -68,6 +68,27 @@ impl From<&HeartMetrics> for Metrics {
     }
 }
 
+impl From<&Metrics> for HeartMetrics {
+    fn from(m: &Metrics) -> HeartMetrics {
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        HeartMetrics {
+            acquire_attempts: n(m.acquire_attempts),
+            acquire_wins: n(m.acquire_wins),
+            acquire_collisions: n(m.acquire_collisions),
+            renews: n(m.renews),
+            renew_failures: n(m.renew_failures),
+            releases: n(m.releases),
+            release_failures: n(m.release_failures),
+            reclaims: n(m.reclaims),
+            quarantines: n(m.quarantines),
+            fence_verifications: n(m.fence_verifications),
+            fence_rejections: n(m.fence_rejections),
+            effect_commits: n(m.effect_commits),
+            effect_dedupes: n(m.effect_dedupes),
+        }
+    }
+}
+
 /// The counters, receipts and configuration of one `HeartFleet`, and the factory of its
 /// operations.
 #[napi]
@@ -176,6 +197,13 @@ impl NativeFleet {
     #[napi]
     pub fn metrics(&self) -> Metrics {
         Metrics::from(&self.inner.metrics())
+    }
+
+    /// Takes back `delta`, what an operation counted for writes its store rolled back with
+    /// their receipts (a held transaction, `PgLeaseStore.receiptSink`).
+    #[napi]
+    pub fn uncount(&self, delta: Metrics) {
+        self.inner.uncount(&HeartMetrics::from(&delta));
     }
 
     /// The counters in the Prometheus text exposition format.

@@ -73,4 +73,10 @@ impl NativeReceiptAppender {
     pub fn failed(&mut self) {
         self.inner.failed();
     }
+
+    /// The store rolled back receipts this appender wrote: every run's head is read again.
+    #[napi]
+    pub fn forget_heads(&mut self) {
+        self.inner.forget_heads();
+    }
 }

@@ -264,6 +264,117 @@ routeTest('the receipts table sink chains and signs, and the constructor checks'
   await own.end();
 });
 
+/** The run's receipts in the table, oldest first (their events). */
+async function receiptEvents({ admin }, id) {
+  const r = await admin.query('SELECT event FROM heart_receipts WHERE run_id = $1 ORDER BY id', [id]);
+  return r.rows.map((x) => x.event);
+}
+
+routeTest('with its own receiptSink a fleet commits each receipt with its write, and the effect runs after the commit', async (route) => {
+  const { store, admin } = route;
+  const sink = store.receiptSink();
+  const h = new HeartFleet({ store, onReceipt: sink });
+  const id = await seedRun(route);
+  const { fence } = await h.acquire(id, 'w', 60);
+  // No flush: the receipt committed with the acquire.
+  assert.deepEqual(await receiptEvents(route, id), ['acquired']);
+  assert.equal(await h.verifyFence(fence), true);
+  assert.deepEqual(await receiptEvents(route, id), ['acquired', 'fence_verified']);
+  // sendOnce: the claim and the dispatch mark are committed before the send runs (another
+  // session sees them), and the evidence commits with its receipt afterwards.
+  const key = effectKey('internal', { id });
+  let seen = null;
+  const sent = await sendOnce(h, new DurableEffectLedger({ heart: h }), {
+    fence,
+    channel: 'internal',
+    effectKey: key,
+    payload: { id },
+    send: async () => {
+      const r = await admin.query('SELECT state FROM effect_intents WHERE run_id = $1 AND effect_key = $2', [id, key]);
+      seen = r.rows.map((x) => x.state);
+      return { ok: true };
+    },
+  });
+  assert.equal(sent.committed, true);
+  assert.deepEqual(seen, ['dispatched'], 'the dispatch mark was committed before the send');
+  await h.release(fence, 'completed');
+  const events = await receiptEvents(route, id);
+  assert.deepEqual([events[0], events[1], events.at(-1)], ['acquired', 'fence_verified', 'released']);
+  assert.ok(events.includes('effect_committed'), events.join());
+  const r = await admin.query('SELECT receipt::text AS receipt FROM heart_receipts WHERE run_id = $1 ORDER BY id', [id]);
+  const report = verifyReceipts(r.rows.map((x) => JSON.parse(x.receipt)), { requireChain: true });
+  assert.deepEqual(report.findings, []);
+});
+
+routeTest('a receipt that cannot be inserted rolls its write back: store-unavailable, the run and the counters as they were', async (route) => {
+  const { store, admin } = route;
+  const h = new HeartFleet({ store, onReceipt: store.receiptSink() });
+  const id = await seedRun(route);
+  const tag = `no_receipts_${id.replaceAll('-', '_')}`;
+  await admin.query(`CREATE FUNCTION ${tag}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+    IF NEW.run_id = '${id}' THEN RAISE EXCEPTION 'receipts refused for this run'; END IF; RETURN NEW; END $$`);
+  await admin.query(`CREATE TRIGGER ${tag} BEFORE INSERT ON heart_receipts FOR EACH ROW EXECUTE FUNCTION ${tag}()`);
+  try {
+    await assert.rejects(h.acquire(id, 'w', 60), (e) => e instanceof HeartFleetError && e.code === 'store-unavailable' && /rolled back with their receipts/.test(e.message) && /receipts refused/.test(e.message));
+    assert.deepEqual(await row(route, id), { status: 'ready', lease_owner: null, retries: 0, fencing_epoch: '0' });
+    assert.deepEqual(await receiptEvents(route, id), []);
+    assert.equal(h.metrics.acquireWins, 0);
+    assert.equal(h.metrics.acquireAttempts, 0, 'what the rolled-back acquire counted was taken back');
+  } finally {
+    await admin.query(`DROP TRIGGER ${tag} ON heart_receipts`);
+    await admin.query(`DROP FUNCTION ${tag}()`);
+  }
+  // The fleet and its connections go on: the same acquire now commits with its receipt.
+  const { acquired, fence } = await h.acquire(id, 'w', 60);
+  assert.equal(acquired, true);
+  assert.equal(fence.epoch, 1);
+  assert.deepEqual(await receiptEvents(route, id), ['acquired']);
+  assert.deepEqual([h.metrics.acquireAttempts, h.metrics.acquireWins], [1, 1]);
+});
+
+routeTest('a worker killed between its write and its receipt leaves neither', async (route) => {
+  const { admin } = route;
+  const id = await seedRun(route);
+  // The receipts table is locked, so the worker's receipt insert waits inside its
+  // transaction, after its acquire's UPDATE; then the worker is killed.
+  const locker = await route.client();
+  await locker.query('BEGIN');
+  await locker.query('LOCK TABLE heart_receipts IN EXCLUSIVE MODE');
+  const { spawn } = await import('node:child_process');
+  const index = new URL('../index.mjs', import.meta.url).href;
+  const worker = spawn(process.execPath, ['--input-type=module', '-e', `
+    const { HeartFleet, PgLeaseStore } = await import(${JSON.stringify(index)});
+    const store = new PgLeaseStore({ connectionString: process.env.STORE_URL });
+    const h = new HeartFleet({ store, onReceipt: store.receiptSink() });
+    h.acquire(process.env.RUN_ID, 'doomed', 60);
+  `], { env: { ...process.env, STORE_URL: route.db.storeUrl, RUN_ID: id }, stdio: 'inherit' });
+  try {
+    // Wait until the worker's insert waits for the lock (its UPDATE has run).
+    let waiting = false;
+    for (let i = 0; i < 200 && !waiting; i += 1) {
+      const r = await admin.query(`SELECT count(*)::int AS n FROM pg_locks WHERE NOT granted AND relation = 'heart_receipts'::regclass`);
+      waiting = r.rows[0].n > 0;
+      if (!waiting) await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+    assert.ok(waiting, 'the worker reached its receipt insert');
+  } finally {
+    worker.kill('SIGKILL');
+    await new Promise((resolve) => worker.once('exit', resolve));
+    await locker.query('COMMIT');
+  }
+  // The server rolls the dead worker's transaction back once it finds its connection gone.
+  for (let i = 0; i < 200; i += 1) {
+    const open = await admin.query(
+      'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL',
+    );
+    if (open.rows[0].n === 0) break;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  const left = await row(route, id);
+  assert.deepEqual(left, { status: 'ready', lease_owner: null, retries: 0, fencing_epoch: '0' });
+  assert.deepEqual(await receiptEvents(route, id), []);
+});
+
 /**
  * Another session (direct) holds a run's row, so an acquire through `store` (queryTimeoutMs
  * 300) waits for the lock with no answer: it fails at the deadline with store-unavailable

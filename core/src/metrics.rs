@@ -130,6 +130,15 @@ impl HeartMetrics {
         *self.slot(c) += 1;
     }
 
+    /// Takes `delta` back from every counter: what it counted did not happen (an operation
+    /// whose writes were rolled back with their receipts).
+    pub fn remove(&mut self, delta: &HeartMetrics) {
+        for c in Counter::ALL {
+            let slot = self.slot(c);
+            *slot = slot.saturating_sub(delta.get(c));
+        }
+    }
+
     /// The value of one counter.
     pub fn get(&self, c: Counter) -> u64 {
         let mut copy = *self;
@@ -154,6 +163,20 @@ impl HeartMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remove_takes_back_each_counter_and_stops_at_zero() {
+        let mut m = HeartMetrics::default();
+        m.bump(Counter::AcquireAttempts);
+        m.bump(Counter::AcquireAttempts);
+        m.bump(Counter::AcquireWins);
+        let mut delta = HeartMetrics::default();
+        delta.bump(Counter::AcquireAttempts);
+        delta.bump(Counter::AcquireWins);
+        delta.bump(Counter::Reclaims);
+        m.remove(&delta);
+        assert_eq!((m.acquire_attempts, m.acquire_wins, m.reclaims), (1, 0, 0));
+    }
 
     #[test]
     fn prometheus_names_and_values() {

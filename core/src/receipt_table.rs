@@ -194,6 +194,11 @@ impl JsonTableAppender {
     pub fn failed(&mut self) {
         self.0.failed();
     }
+
+    /// [`TableAppender::forget_heads`]: the store rolled back receipts this appender wrote.
+    pub fn forget_heads(&mut self) {
+        self.0.forget_heads();
+    }
 }
 
 fn statement_json(st: &Statement) -> String {

@@ -352,6 +352,14 @@ impl BridgeFleet {
         self.shared.lock().map(|s| s.recorder.metrics).unwrap_or_default()
     }
 
+    /// Takes back what an operation counted since the host's last settle, when the store
+    /// rolled those writes back with their receipts (what they counted did not happen).
+    pub fn uncount(&self, delta: &HeartMetrics) {
+        if let Ok(mut s) = self.shared.lock() {
+            s.recorder.metrics.remove(delta);
+        }
+    }
+
     /// The counters in the Prometheus text exposition format.
     pub fn prometheus(&self) -> String {
         self.shared.lock().map(|s| s.recorder.metrics.to_prometheus()).unwrap_or_default()
