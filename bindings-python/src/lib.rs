@@ -24,7 +24,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use heart_fleet_core::bridge;
 use heart_fleet_core::{ErrorCode, HeartError};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 /// A core error as the Python exception of its code.
@@ -101,43 +101,6 @@ impl NativeFleet {
             m.effect_commits,
             m.effect_dedupes,
         ])
-    }
-
-    /// Takes back `delta` (the 13 counters, in the reference's order): what an operation
-    /// counted for writes its store rolled back with their receipts (a held transaction).
-    fn uncount(&self, delta: Vec<u64>) -> PyResult<()> {
-        let [
-            acquire_attempts,
-            acquire_wins,
-            acquire_collisions,
-            renews,
-            renew_failures,
-            releases,
-            release_failures,
-            reclaims,
-            quarantines,
-            fence_verifications,
-            fence_rejections,
-            effect_commits,
-            effect_dedupes,
-        ]: [u64; 13] = delta.try_into().map_err(|_| PyTypeError::new_err("uncount: the 13 counters"))?;
-        let m = heart_fleet_core::metrics::HeartMetrics {
-            acquire_attempts,
-            acquire_wins,
-            acquire_collisions,
-            renews,
-            renew_failures,
-            releases,
-            release_failures,
-            reclaims,
-            quarantines,
-            fence_verifications,
-            fence_rejections,
-            effect_commits,
-            effect_dedupes,
-        };
-        locked(&self.inner)?.uncount(&m);
-        Ok(())
     }
 
     /// The counters in the Prometheus text exposition format.
@@ -531,12 +494,6 @@ impl NativeReceiptAppender {
     /// The last statement failed: the run's head is read again before its next receipt.
     fn failed(&self) -> PyResult<()> {
         locked(&self.inner)?.failed();
-        Ok(())
-    }
-
-    /// The store rolled back receipts this appender wrote: every run's head is read again.
-    fn forget_heads(&self) -> PyResult<()> {
-        locked(&self.inner)?.forget_heads();
         Ok(())
     }
 }
