@@ -24,7 +24,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use heart_fleet_core::bridge;
 use heart_fleet_core::{ErrorCode, HeartError};
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 
 /// A core error as the Python exception of its code.
@@ -101,6 +101,21 @@ impl NativeFleet {
             m.effect_commits,
             m.effect_dedupes,
         ])
+    }
+
+    /// Takes back `delta` (the 13 counters, in the reference's order): what an operation
+    /// counted for writes its store rolled back with their receipts (a held transaction).
+    fn uncount(&self, delta: Vec<u64>) -> PyResult<()> {
+        use heart_fleet_core::metrics::{Counter, HeartMetrics};
+        if delta.len() != Counter::ALL.len() {
+            return Err(PyTypeError::new_err("uncount: the 13 counters"));
+        }
+        let mut m = HeartMetrics::default();
+        for (c, v) in Counter::ALL.into_iter().zip(delta) {
+            m.set(c, v);
+        }
+        locked(&self.inner)?.uncount(&m);
+        Ok(())
     }
 
     /// The counters in the Prometheus text exposition format.
@@ -494,6 +509,12 @@ impl NativeReceiptAppender {
     /// The last statement failed: the run's head is read again before its next receipt.
     fn failed(&self) -> PyResult<()> {
         locked(&self.inner)?.failed();
+        Ok(())
+    }
+
+    /// The store rolled back receipts this appender wrote: every run's head is read again.
+    fn forget_heads(&self) -> PyResult<()> {
+        locked(&self.inner)?.forget_heads();
         Ok(())
     }
 }

@@ -9,8 +9,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import select
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -21,7 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import heart_fleet as hf
-from conftest import LoopTicker, PgDatabase, direct_route_only, pg_run_id, plain_conninfo, plain_connect, seed_pg_run
+from conftest import LoopTicker, PgDatabase, _with_db, direct_route_only, pg_run_id, plain_conninfo, plain_connect, seed_pg_run
 
 
 def test_migrate_is_idempotent_under_the_advisory_lock(pg_url: str) -> None:
@@ -566,3 +570,127 @@ def test_two_stores_interleave_their_statements_on_shared_server_connections(pg_
             await store.close()
 
     asyncio.run(go())
+
+
+def _pg_receipt_events(url: str, rid: str) -> list[str]:
+    with plain_connect(url, autocommit=True) as conn:
+        return [r[0] for r in conn.execute("SELECT event FROM heart_receipts WHERE run_id::text = %s ORDER BY id", (rid,))]
+
+
+def _pg_run_row(url: str, rid: str) -> tuple[Any, ...]:
+    with plain_connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT status, lease_owner, retries, fencing_epoch FROM agent_runs WHERE id::text = %s", (rid,)).fetchone()
+        assert row is not None
+        return tuple(row)
+
+
+class _RefusedReceipts:
+    """A trigger that refuses every receipt of run ``rid`` (dropped on exit)."""
+
+    def __init__(self, url: str, rid: str) -> None:
+        self.url, self.rid, self.name = url, rid, "refuse_" + rid.replace("-", "_")
+
+    def __enter__(self) -> None:
+        with plain_connect(self.url, autocommit=True) as conn:
+            conn.execute(
+                f"CREATE FUNCTION {self.name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                f"IF NEW.run_id = '{self.rid}' THEN RAISE EXCEPTION 'receipts refused for this run'; END IF; RETURN NEW; END $$"
+            )
+            conn.execute(f"CREATE TRIGGER {self.name} BEFORE INSERT ON heart_receipts FOR EACH ROW EXECUTE FUNCTION {self.name}()")
+
+    def __exit__(self, *exc: Any) -> None:
+        with plain_connect(self.url, autocommit=True) as conn:
+            conn.execute(f"DROP TRIGGER {self.name} ON heart_receipts")
+            conn.execute(f"DROP FUNCTION {self.name}()")
+
+
+def test_receipts_commit_with_their_writes_or_roll_them_back(pg_url: str) -> None:
+    # Blocking store: a refused receipt rolls its write back (run and counters as they were).
+    rid = pg_run_id()
+    seed_pg_run(pg_url, rid)
+    with hf.PsycopgLeaseStore.connect(pg_url) as store:
+        heart = hf.HeartFleet(store, on_receipt=store.receipt_sink())
+        with _RefusedReceipts(pg_url, rid):
+            with pytest.raises(hf.StoreUnavailableError, match="rolled back with their receipts.*receipts refused"):
+                heart.acquire(rid, "w", 60)
+        assert _pg_run_row(pg_url, rid) == ("ready", None, 0, 0)
+        assert _pg_receipt_events(pg_url, rid) == []
+        assert (heart.metrics.acquire_attempts, heart.metrics.acquire_wins) == (0, 0)
+        a = heart.acquire(rid, "w", 60)
+        assert a.acquired and a.fence is not None and a.fence.epoch == 1
+        # sendOnce: the claim and the dispatch mark are committed before the send runs.
+        seen: list[str] = []
+
+        def send(ctx: Any) -> dict[str, bool]:
+            with plain_connect(pg_url, autocommit=True) as conn:
+                seen.extend(r[0] for r in conn.execute("SELECT state FROM effect_intents WHERE run_id::text = %s", (rid,)))
+            return {"ok": True}
+
+        out = hf.send_once(heart, hf.DurableEffectLedger(heart), fence=a.fence, channel="internal", effect_key="held:1", payload={}, send=send)
+        assert out.committed and seen == ["dispatched"]
+        assert heart.release(a.fence, "completed") is not None
+        events = _pg_receipt_events(pg_url, rid)
+        assert events[0] == "acquired" and events[-1] == "released" and "effect_committed" in events
+        assert (heart.metrics.acquire_attempts, heart.metrics.acquire_wins) == (1, 1)
+
+    # The asyncio store: the same.
+    async def go() -> tuple[Any, ...]:
+        rid2 = pg_run_id()
+        seed_pg_run(pg_url, rid2)
+        astore = await hf.AsyncPsycopgLeaseStore.connect(pg_url)
+        try:
+            h = hf.HeartFleet(astore, on_receipt=astore.receipt_sink())
+            with _RefusedReceipts(pg_url, rid2):
+                with pytest.raises(hf.StoreUnavailableError, match="receipts refused"):
+                    await h.acquire_async(rid2, "w", 60)
+            left = (_pg_run_row(pg_url, rid2), _pg_receipt_events(pg_url, rid2), h.metrics.acquire_attempts)
+            a = await h.acquire_async(rid2, "w", 60)
+            assert a.fence is not None and await h.release_async(a.fence, "completed") is not None
+            # No wait: each receipt committed with its write.
+            return left + (_pg_receipt_events(pg_url, rid2),)
+        finally:
+            await astore.close()
+
+    assert asyncio.run(go()) == (("ready", None, 0, 0), [], 0, ["acquired", "released"])
+
+
+def test_a_worker_killed_between_its_write_and_its_receipt_leaves_neither(pg_url: str) -> None:
+    rid = pg_run_id()
+    seed_pg_run(pg_url, rid)
+    # The test's own sessions go to the server directly: through the pooler (a pool of two)
+    # the locker and the worker's transaction would take every server connection.
+    direct = _with_db(os.environ["DATABASE_URL"], urlsplit(pg_url).path.lstrip("/"))
+    # The receipts table is locked: the worker's receipt insert waits inside its transaction,
+    # after its acquire's UPDATE; then the worker is killed.
+    with plain_connect(direct) as locker:
+        locker.execute("LOCK TABLE heart_receipts IN EXCLUSIVE MODE")
+        script = (
+            "import sys, heart_fleet as hf\n"
+            "store = hf.PsycopgLeaseStore.connect(sys.argv[1])\n"
+            "hf.HeartFleet(store, on_receipt=store.receipt_sink()).acquire(sys.argv[2], 'doomed', 60)\n"
+        )
+        worker = subprocess.Popen([sys.executable, "-c", script, pg_url, rid])
+        try:
+            with plain_connect(direct, autocommit=True) as probe:
+                for _ in range(400):
+                    row = probe.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'heart_receipts'::regclass").fetchone()
+                    if row is not None and row[0] > 0:
+                        break
+                    time.sleep(0.025)
+                else:
+                    pytest.fail("the worker never reached its receipt insert")
+        finally:
+            os.kill(worker.pid, signal.SIGKILL)
+            worker.wait()
+        locker.commit()
+    with plain_connect(direct, autocommit=True) as probe:
+        for _ in range(400):  # the server rolls the dead worker's transaction back
+            row = probe.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND xact_start IS NOT NULL"
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                break
+            time.sleep(0.025)
+    assert _pg_run_row(pg_url, rid) == ("ready", None, 0, 0)
+    assert _pg_receipt_events(pg_url, rid) == []

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import sqlite3
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -222,3 +225,75 @@ def test_python_and_rust_migrates_at_once_apply_each_migration_once(tmp_path: Pa
     cli_applied = sum(line == f"{n}: applied" for stdout, _ in outs for line in stdout.splitlines() for n in names)
     assert cli_applied <= len(names)
     assert all(applied is False for r in results for _, applied in r)
+
+
+def _sqlite_state(db: Path, run_id: str) -> tuple[tuple[object, ...], list[str]]:
+    """The run's row (status, owner, retries, epoch) and its receipts' events, read apart."""
+    with sqlite3.connect(db) as conn:
+        row = conn.execute("SELECT status, lease_owner, retries, fencing_epoch FROM agent_runs WHERE id = ?", (run_id,)).fetchone()
+        events = [r[0] for r in conn.execute("SELECT event FROM heart_receipts WHERE run_id = ? ORDER BY rowid", (run_id,))]
+    return tuple(row), events
+
+
+def test_receipts_commit_with_their_writes_or_roll_them_back(tmp_path: Path) -> None:
+    db = tmp_path / "fleet.db"
+    store = hf.SqliteLeaseStore(db)
+    heart = hf.HeartFleet(store, on_receipt=store.receipt_sink())
+    run = heart.ensure_resource_run("job", "held").run
+    store.connection.execute(
+        f"CREATE TRIGGER refuse BEFORE INSERT ON heart_receipts WHEN NEW.run_id = '{run.id}' "
+        "BEGIN SELECT RAISE(ABORT, 'receipts refused for this run'); END"
+    )
+    with pytest.raises(hf.StoreUnavailableError, match="rolled back with their receipts.*receipts refused"):
+        heart.acquire(run.id, "w", 60)
+    assert _sqlite_state(db, run.id) == (("ready", None, 0, 0), [])
+    assert (heart.metrics.acquire_attempts, heart.metrics.acquire_wins) == (0, 0)
+
+    async def go() -> tuple[object, ...]:
+        astore = hf.AsyncSqliteLeaseStore(db)
+        h = hf.HeartFleet(astore, on_receipt=astore.receipt_sink())
+        with pytest.raises(hf.StoreUnavailableError, match="receipts refused"):
+            await h.acquire_async(run.id, "w", 60)
+        refused = (_sqlite_state(db, run.id), h.metrics.acquire_attempts)
+        astore.sync.connection.execute("DROP TRIGGER refuse")
+        a = await h.acquire_async(run.id, "w", 60)
+        assert a.fence is not None and a.fence.epoch == 1
+        assert await h.release_async(a.fence, "ready") is not None
+        astore.close()
+        return refused + (_sqlite_state(db, run.id), h.metrics.acquire_wins)
+
+    assert asyncio.run(go()) == ((("ready", None, 0, 0), []), 0, (("ready", None, 0, 1), ["acquired", "released"]), 1)
+    # The blocking store's fleet goes on too.
+    a = heart.acquire(run.id, "w2", 60)
+    assert a.acquired and _sqlite_state(db, run.id)[1] == ["acquired", "released", "acquired"]
+
+
+def test_a_worker_killed_between_its_write_and_its_receipt_leaves_neither(tmp_path: Path) -> None:
+    db = tmp_path / "fleet.db"
+    store = hf.SqliteLeaseStore(db)
+    run = hf.HeartFleet(store).ensure_resource_run("job", "killed").run
+    # Each receipt insert calls a function that only the worker defines: it says so in a file,
+    # then sleeps, so the worker is killed after its acquire's UPDATE, before the COMMIT.
+    store.connection.execute("CREATE TRIGGER pause BEFORE INSERT ON heart_receipts BEGIN SELECT heart_test_pause(); END")
+    store.close()
+    marker = tmp_path / "paused"
+    script = (
+        "import sys, time, pathlib, heart_fleet as hf\n"
+        "store = hf.SqliteLeaseStore(sys.argv[1])\n"
+        "def pause():\n"
+        "    pathlib.Path(sys.argv[3]).write_text('paused')\n"
+        "    time.sleep(60)\n"
+        "store.connection.create_function('heart_test_pause', 0, pause)\n"
+        "hf.HeartFleet(store, on_receipt=store.receipt_sink()).acquire(sys.argv[2], 'doomed', 60)\n"
+    )
+    worker = subprocess.Popen([sys.executable, "-c", script, str(db), run.id, str(marker)])
+    try:
+        for _ in range(400):
+            if marker.exists() or worker.poll() is not None:
+                break
+            threading.Event().wait(0.025)
+        assert marker.exists(), "the worker never reached its receipt insert"
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+    assert _sqlite_state(db, run.id) == (("ready", None, 0, 0), [])

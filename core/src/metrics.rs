@@ -139,6 +139,11 @@ impl HeartMetrics {
         }
     }
 
+    /// Sets one counter.
+    pub fn set(&mut self, c: Counter, value: u64) {
+        *self.slot(c) = value;
+    }
+
     /// The value of one counter.
     pub fn get(&self, c: Counter) -> u64 {
         let mut copy = *self;

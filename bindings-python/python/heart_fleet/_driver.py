@@ -25,10 +25,11 @@ import asyncio
 import inspect
 import json
 from collections.abc import Callable, Generator
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .errors import InvalidTypeError, StoreUnavailableError, error_for_code
 
+_T = TypeVar("_T")
 Call = tuple[Any, ...]
 Sent = tuple[bool, Any]
 Steps = Generator[Call, Sent, dict[str, Any]]
@@ -49,6 +50,53 @@ class Fleetlike(Protocol):
     _text_store: bool
 
     def _deliver(self, receipts: list[dict[str, Any]]) -> None: ...
+    def _held(self) -> Any: ...
+
+
+class Held(Protocol):
+    """A held transaction (``_receipt_table.HeldTransaction``): the operation's requests and
+    receipts in one transaction, settled at its end and before the caller's turn; ``execute``
+    and ``settle`` yield their calls as this loop does."""
+
+    @property
+    def is_open(self) -> bool: ...
+    def execute(self, request: str, timeout: float | None) -> Generator[Call, Sent, Any]: ...
+    def receipt(self, receipt: str) -> None: ...
+    def settle(self) -> Generator[Call, Sent, Any]: ...
+    def abandon(self) -> None: ...
+
+
+class Unsettled:
+    """What one operation counted since its writes were last committed, so a held transaction
+    that rolls back takes it back (``NativeFleet.uncount``). The native calls that resume an
+    operation are synchronous, so what the counters gained across one is that operation's."""
+
+    __slots__ = ("native", "delta")
+
+    def __init__(self, native: Any) -> None:
+        self.native = native
+        self.delta: list[int] | None = None
+
+    def count(self, resume: Callable[[], _T]) -> _T:
+        """Runs ``resume`` (a synchronous native call) and adds what it counted."""
+        before = self.native.metrics()
+        out = resume()
+        after = self.native.metrics()
+        gained = [a - b for a, b in zip(after, before)]
+        self.delta = gained if self.delta is None else [d + g for d, g in zip(self.delta, gained)]
+        return out
+
+    def settled(self) -> None:
+        self.delta = None
+
+    def rolled_back(self) -> None:
+        if self.delta is not None:
+            self.native.uncount(self.delta)
+        self.delta = None
+
+
+def _call(resume: Callable[[], _T]) -> _T:
+    return resume()
 
 
 class CancelledAfterCommit(asyncio.CancelledError):
@@ -59,6 +107,25 @@ class CancelledAfterCommit(asyncio.CancelledError):
     def __init__(self, answer: Any) -> None:
         super().__init__("cancelled after the store committed the request")
         self.answer = answer
+
+
+async def committed(commit: Any) -> None:
+    """Awaits ``commit`` (a held transaction's COMMIT) to its end even when the caller is
+    cancelled meanwhile: committed, the cancellation becomes :class:`CancelledAfterCommit`
+    (the operation's writes stand and the driving loop records them); failed, it stays a
+    plain ``CancelledError`` (nothing was written)."""
+    task = asyncio.ensure_future(commit)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                continue
+        if task.cancelled() or task.exception() is not None:
+            raise asyncio.CancelledError() from None
+        raise CancelledAfterCommit(None) from None
 
 
 def message_of(e: BaseException) -> str:
@@ -74,9 +141,11 @@ def _answer_text(ans: Any) -> str:
     raise TypeError(f"the store answered {type(ans).__name__}, not a StoreAnswer")
 
 
-def start(fleet: Fleetlike, kind: str, args_text: str) -> Any:
-    """Begins an operation: the final step (a dict) when it finished inside Rust, else the op."""
-    first = fleet._native.begin(kind, args_text)
+def start(fleet: Fleetlike, kind: str, args_text: str, counted: Unsettled | None = None) -> Any:
+    """Begins an operation: the final step (a dict) when it finished inside Rust, else the op.
+    What ``begin`` counts (say acquireAttempts) goes to ``counted``."""
+    native = fleet._native
+    first = (counted.count if counted is not None else _call)(lambda: native.begin(kind, args_text))
     if isinstance(first, str):
         step: dict[str, Any] = json.loads(first)
         receipts = step.get("receipts")
@@ -86,41 +155,80 @@ def start(fleet: Fleetlike, kind: str, args_text: str) -> Any:
     return first
 
 
-def steps(fleet: Fleetlike, op: Any, host: Host | None) -> Steps:
+def steps(fleet: Fleetlike, op: Any, host: Host | None, held: Held | None = None, counted: Unsettled | None = None) -> Steps:
     """Drives a started operation to its end; returns the final step. An effect that raised
-    is re-raised as is after the machine finished (as the reference does)."""
+    is re-raised as is after the machine finished (as the reference does). With ``held``,
+    the operation's requests and receipts go to that transaction, settled at the end and
+    before the caller's turn; a rollback ends the operation with ``store-unavailable`` (an
+    operation that failed already keeps its own error) and takes back what ``counted`` saw."""
+    try:
+        return (yield from _steps(fleet, op, host, held, counted))
+    finally:
+        if held is not None and held.is_open:
+            held.abandon()
+
+
+def _rolled_back(e: BaseException) -> dict[str, Any]:
+    return {"done": True, "error": {"code": getattr(e, "code", "store-unavailable"), "message": message_of(e)}}
+
+
+def _steps(fleet: Fleetlike, op: Any, host: Host | None, held: Held | None, counted: Unsettled | None) -> Steps:
+    resume = counted.count if counted is not None else _call
     step: dict[str, Any] = json.loads(op.need())
     host_threw: BaseException | None = None
     store = fleet._store
     while True:
         receipts = step.get("receipts")
         if receipts:
-            fleet._deliver(receipts)
+            if held is not None:
+                for r in receipts:
+                    held.receipt(json.dumps(r))
+            else:
+                fleet._deliver(receipts)
+        need = step.get("need")
+        if held is not None and counted is not None and (step.get("done") or need != "store"):
+            # The end, or the caller's turn (an effect may take long): commit what was written.
+            try:
+                yield from held.settle()
+            except Exception as e:  # noqa: BLE001 - the operation fails with it
+                counted.rolled_back()
+                if not step.get("done") or "error" not in step:
+                    if host_threw is not None:
+                        raise host_threw from None
+                    return _rolled_back(e)
+            else:
+                counted.settled()
         if step.get("done"):
             if host_threw is not None:
                 raise host_threw
             return step
-        need = step.get("need")
         if need == "store":
             request = op.request()
             timeout = getattr(fleet, "_store_timeout", None)
-            if fleet._text_store:
-                ok, v = yield (_StoreCall(store.execute_json, timeout), request)
+            if held is not None:
+                try:
+                    ok, v = True, (yield from held.execute(request, timeout))
+                except Exception as e:  # noqa: BLE001 - handed to the machine, which decides
+                    ok, v = False, e
+            elif fleet._text_store:
+                ok, v = yield (StoreCall(store.execute_json, timeout), request)
             else:
-                ok, v = yield (_StoreCall(store.execute, timeout), json.loads(request))
+                ok, v = yield (StoreCall(store.execute, timeout), json.loads(request))
             if ok:
                 try:
                     answer = _answer_text(v)
                 except (TypeError, ValueError) as e:
                     # A store that answers nonsense ends the operation with store-protocol.
-                    text = op.resume_store(json.dumps({"invalid": message_of(e)}))
+                    invalid = json.dumps({"invalid": message_of(e)})
+                    text = resume(lambda: op.resume_store(invalid))
                 else:
-                    text = op.resume_store(answer)
+                    text = resume(lambda: op.resume_store(answer))
             else:
-                text = op.resume_store_error(message_of(v))
+                failure = message_of(v)
+                text = resume(lambda: op.resume_store_error(failure))
         elif need == "recordOnce" and host is not None:
             ok, v = yield (host.record_once, step["runId"], step["effectKey"])
-            text = op.resume_recorded(bool(v)) if ok else op.resume_recorded_error(message_of(v))
+            text = resume(lambda: op.resume_recorded(bool(v)) if ok else op.resume_recorded_error(message_of(v)))
         elif need == "effect" and host is not None:
             ok, v = yield (host.effect, step["effectKey"], step.get("epoch"))
             if ok:
@@ -129,27 +237,27 @@ def steps(fleet: Fleetlike, op: Any, host: Host | None) -> Steps:
                 except Exception as e:  # noqa: BLE001 - the effect's evidence failed: its error propagates
                     ok, v = False, e
             if ok:
-                text = op.resume_effect(v)
+                text = resume(lambda: op.resume_effect(v))
             else:
                 host_threw = v
-                text = op.resume_effect_error(message_of(v))
+                text = resume(lambda: op.resume_effect_error(message_of(v)))
         elif need == "probe" and host is not None:
             ok, v = yield (host.probe, step["intent"])
             if ok:
                 try:
                     verdict = json.dumps(v, separators=(",", ":"))
                 except (TypeError, ValueError) as e:
-                    text = op.resume_probe_error(message_of(e))
+                    text = resume(lambda: op.resume_probe_error(message_of(e)))
                 else:
-                    text = op.resume_probe(verdict)
+                    text = resume(lambda: op.resume_probe(verdict))
             else:
-                text = op.resume_probe_error(message_of(v))
+                text = resume(lambda: op.resume_probe_error(message_of(v)))
         else:
-            text = op.resume_store_error(f"unknown need {need}")
+            text = resume(lambda: op.resume_store_error(f"unknown need {need}"))
         step = json.loads(text)
 
 
-class _StoreCall:
+class StoreCall:
     """A store method whose awaitable answer is waited for at most ``timeout`` seconds (the
     fleet's ``store_timeout``); a blocking answer is returned as it is."""
 
@@ -265,18 +373,27 @@ def drive_sync(fleet: Fleetlike, kind: str, args_text: str, host: Host | None = 
         raise InvalidTypeError(
             f"{type(fleet._store).__name__} is an asyncio store: use the *_async method (e.g. acquire_async)"
         )
-    first = start(fleet, kind, args_text)
+    held, counted = _holding(fleet)
+    first = start(fleet, kind, args_text, counted)
     if isinstance(first, dict):
         return first
-    return run_sync(steps(fleet, first, host))
+    return run_sync(steps(fleet, first, host, held, counted))
 
 
 async def drive_async(fleet: Fleetlike, kind: str, args_text: str, host: Host | None = None) -> dict[str, Any]:
     """Runs an operation, awaiting the store and the callbacks; returns the final step."""
-    first = start(fleet, kind, args_text)
+    held, counted = _holding(fleet)
+    first = start(fleet, kind, args_text, counted)
     if isinstance(first, dict):
         return first
-    return await run_async(steps(fleet, first, host))
+    return await run_async(steps(fleet, first, host, held, counted))
+
+
+def _holding(fleet: Fleetlike) -> tuple[Held | None, Unsettled | None]:
+    """The held transaction of one operation, when the fleet's sink is its store's receipt
+    sink (``_receipt_table``), and what the operation counts."""
+    held = fleet._held()
+    return (held, Unsettled(fleet._native)) if held is not None else (None, None)
 
 
 def ok_of(step: dict[str, Any]) -> Any:

@@ -1,20 +1,42 @@
-"""The receipt sinks' loop: the core's receipt appender (``_native.NativeReceiptAppender``)
-decides every statement of an append to ``heart_receipts`` (the run's head, the chained
-insert, chaining again when another writer took the position); a sink only runs them on its
-connection and hands the rows back."""
+"""The receipt sinks: the core's receipt appender (``_native.NativeReceiptAppender``) decides
+every statement of an append to ``heart_receipts`` (the run's head, the chained insert,
+chaining again when another writer took the position); a sink only runs them on its
+connection and hands the rows back.
+
+**Receipts commit with their writes.** A :class:`ReceiptSink` given to a ``HeartFleet`` over
+the store that made it holds each operation's writes in one transaction
+(:class:`HeldTransaction`): the operation's first request opens it on the store's connection,
+which the transaction keeps to itself until it settles; the receipts the core emits are
+inserted inside it before the next request; and the driving loop (``_driver.steps``) settles
+it when the operation ends and before the caller's turn (an effect, a probe, the ledger), so
+no effect runs inside a transaction. Settling commits, or rolls everything back when a receipt
+could not be inserted, a request failed inside the transaction or the commit failed: the
+operation then fails with ``StoreUnavailableError`` and the counters it bumped are taken back.
+A process killed before the commit leaves neither the writes nor their receipts. Used
+anywhere else (a fleet over another store, a call of your own), the sink appends right after
+the write, in a statement of its own, and a failure goes to ``on_error``.
+
+The transaction is written once, as generators that yield each call on the store's
+connection (a :class:`Session`, blocking or asyncio) to the driving loop's runner
+(``_driver.run_sync`` / ``run_async``), as the operations themselves are.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, Protocol
 
-from . import _check, _native
+from . import _check, _driver, _native
+from .errors import StoreUnavailableError
 from .types import HeartReceipt
 
-#: One statement (``{"sql", "params"}``, as the core renders it) -> its rows as
-#: ``[[column, value], ...]`` per row.
-Run = Callable[[dict[str, Any]], list[list[list[Any]]]]
+#: Rows as the core reads them: ``[[column, value], ...]`` per row.
+Rows = list[list[list[Any]]]
+#: A generator of calls for the driving loop's runners (``_driver.Steps``).
+Calls = Generator[_driver.Call, _driver.Sent, Any]
 
 
 def appender(dialect: str, signing_keys: Sequence[str]) -> _native.NativeReceiptAppender:
@@ -25,33 +47,213 @@ def appender(dialect: str, signing_keys: Sequence[str]) -> _native.NativeReceipt
     return _native.NativeReceiptAppender.create(dialect, json.dumps(list(signing_keys)))
 
 
-def append(app: _native.NativeReceiptAppender, receipt: HeartReceipt, run: Run) -> None:
-    """Appends ``receipt``, running each statement with ``run``."""
-    statement = app.begin(json.dumps(receipt.to_dict()))
+def _call(fn: Callable[..., Any], *args: Any) -> Calls:
+    """One call for the runner: its value, or its exception raised here."""
+    ok, value = yield (fn, *args)
+    if not ok:
+        raise value
+    return value
+
+
+def appending(app: _native.NativeReceiptAppender, receipt: str, rows: Callable[[dict[str, Any]], Any]) -> Calls:
+    """Appends ``receipt`` (its JSON text), each statement run by ``rows`` (statement -> its
+    rows, or an awaitable of them)."""
+    statement = app.begin(receipt)
     while True:
         try:
-            rows = run(json.loads(statement))
+            found = yield from _call(rows, json.loads(statement))
         except BaseException:
             app.failed()
             raise
-        following = app.answer(json.dumps(rows))
+        following = app.answer(json.dumps(found))
         if following is None:
             return
         statement = following
 
 
-async def append_async(
-    app: _native.NativeReceiptAppender, receipt: HeartReceipt, run: Callable[[dict[str, Any]], Awaitable[list[list[list[Any]]]]]
-) -> None:
-    """:func:`append`, with ``run`` awaited."""
-    statement = app.begin(json.dumps(receipt.to_dict()))
-    while True:
+class Session(Protocol):
+    """A store's connection, kept by one held transaction from ``begin`` to ``release``. Each
+    method but ``release`` may return an awaitable (an asyncio store)."""
+
+    def begin(self) -> Any: ...
+    def answer(self, request: str) -> Any: ...
+    def rows(self, statement: dict[str, Any]) -> Any: ...
+    def commit(self) -> Any: ...
+    def rollback(self) -> Any: ...
+    def release(self) -> None: ...
+
+
+def _message(e: BaseException) -> str:
+    return str(e) or type(e).__name__
+
+
+class HeldTransaction:
+    """One operation's requests and the receipts of its writes in one transaction (see the
+    module docs). ``execute`` and ``settle`` are generators for the driving loop's runner."""
+
+    def __init__(self, open_session: Callable[[], Session], app: _native.NativeReceiptAppender, background: Callable[[str], None]) -> None:
+        self._open_session = open_session
+        self._session: Session | None = None
+        self._app = app
+        self._background = background
+        #: Receipts of the open transaction, inserted before its next request or its settle.
+        self._queued: list[str] = []
+        #: Why the open transaction must roll back (a receipt insert failed).
+        self._doomed: str | None = None
+        #: Why a transaction was rolled back since the last settle.
+        self._rolled_back: str | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._session is not None
+
+    def execute(self, request: str, timeout: float | None) -> Calls:
+        """One store request (JSON text) inside the transaction, which it opens if none is;
+        each awaited call waits at most ``timeout`` seconds."""
+        yield from self._append_queued()
+        if self._doomed is not None:
+            yield from self._roll_back(f"a receipt could not be written: {self._doomed}")
+            self._outcome()
+        if self._session is None:
+            session = self._open_session()
+            yield from _call(session.begin)  # gives back what it took when it fails
+            self._session = session
         try:
-            rows = await run(json.loads(statement))
-        except BaseException:
-            app.failed()
+            return (yield from _call(_driver.StoreCall(self._session.answer, timeout), request))
+        except Exception as e:
+            yield from self._roll_back(f"a request of the operation failed: {_message(e)}")
             raise
-        following = app.answer(json.dumps(rows))
-        if following is None:
+
+    def receipt(self, receipt: str) -> None:
+        """A receipt (JSON text) of the operation: queued for the open transaction, else
+        handed to the sink's own path."""
+        if self._session is None:
+            self._background(receipt)
+        else:
+            self._queued.append(receipt)
+
+    def settle(self) -> Calls:
+        """Commits the open transaction (or rolls it back); raises ``StoreUnavailableError``
+        when anything was rolled back since the last settle."""
+        yield from self._append_queued()
+        session = self._session
+        if session is not None:
+            if self._doomed is not None:
+                yield from self._roll_back(f"a receipt could not be written: {self._doomed}")
+            else:
+                try:
+                    yield from _call(session.commit)
+                except Exception as e:
+                    yield from self._roll_back(f"the commit failed: {_message(e)}")
+                else:
+                    self._session = None
+                    session.release()
+        self._outcome()
+
+    def abandon(self) -> None:
+        """Rolls back what is open: the operation was left by an exception or a cancellation
+        (on an asyncio store in the background; the connection stays the transaction's until
+        then)."""
+        session, self._session = self._session, None
+        self._queued = []
+        if session is None:
             return
-        statement = following
+        if inspect.iscoroutinefunction(session.rollback):
+
+            async def roll_back() -> None:
+                try:
+                    await session.rollback()
+                finally:
+                    session.release()
+
+            in_background(roll_back())
+        else:
+            try:
+                session.rollback()
+            finally:
+                session.release()
+        self._app.forget_heads()
+
+    def _append_queued(self) -> Calls:
+        session = self._session
+        queued, self._queued = self._queued, []
+        if session is None or self._doomed is not None:
+            return
+        for receipt in queued:
+            try:
+                yield from appending(self._app, receipt, session.rows)
+            except Exception as e:  # noqa: BLE001 - the settle rolls back and reports it
+                self._doomed = _message(e)
+                return
+
+    def _roll_back(self, reason: str) -> Calls:
+        session, self._session = self._session, None
+        if session is None:
+            return
+        try:
+            yield from _call(session.rollback)
+        finally:
+            session.release()
+            self._doomed = None
+            self._rolled_back = self._rolled_back or reason
+            # The rolled-back receipts may have been heads: read them from the table again.
+            self._app.forget_heads()
+
+    def _outcome(self) -> None:
+        reason, self._rolled_back = self._rolled_back, None
+        if reason is not None:
+            raise StoreUnavailableError(f"the operation's writes were rolled back with their receipts: {reason}")
+
+
+#: Work running in the background, kept referenced until it finishes.
+_background: set[asyncio.Future[Any]] = set()
+
+
+def in_background(awaitable: Any) -> None:
+    """Runs ``awaitable`` in the background when a loop is running (else drops it); its
+    failure is swallowed (an async sink's, as in the reference)."""
+    try:
+        fut = asyncio.ensure_future(awaitable)
+    except (RuntimeError, TypeError):
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()
+        return
+    _background.add(fut)
+
+    def done(f: asyncio.Future[Any]) -> None:
+        _background.discard(f)
+        if not f.cancelled():
+            f.exception()  # retrieved
+
+    fut.add_done_callback(done)
+
+
+class ReceiptSink:
+    """An ``on_receipt`` sink appending to ``heart_receipts`` (a store's ``receipt_sink()``).
+    Called, it appends right after the write (``append_now``, which takes the receipt's JSON
+    text); given to a fleet over ``store``, the fleet holds each operation's writes and their
+    receipts in one transaction on a :class:`Session` from ``open_session``."""
+
+    __slots__ = ("store", "app", "append_now", "_open_session")
+
+    def __init__(
+        self, store: Any, app: _native.NativeReceiptAppender, append_now: Callable[[str], Any], open_session: Callable[[], Session]
+    ) -> None:
+        self.store = store
+        self.app = app
+        self.append_now = append_now
+        self._open_session = open_session
+
+    def __call__(self, receipt: HeartReceipt) -> Any:
+        return self.append_now(json.dumps(receipt.to_dict()))
+
+    def hold(self) -> HeldTransaction:
+        """A held transaction for one operation (receipts outside one go to ``append_now``;
+        an awaitable it returns runs in the background)."""
+
+        def background(receipt: str) -> None:
+            out = self.append_now(receipt)
+            if inspect.isawaitable(out):
+                in_background(out)
+
+        return HeldTransaction(self._open_session, self.app, background)

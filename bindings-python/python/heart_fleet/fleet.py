@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from . import _check, _driver
+from . import _check, _driver, _receipt_table
 from . import _native
 from .errors import InvalidTypeError
 from .memory import MemoryLeaseStore
@@ -104,7 +104,17 @@ class HeartFleet:
     fleet over a :class:`MemoryLeaseStore` runs each operation inside Rust.
     """
 
-    __slots__ = ("_native", "_store", "_text_store", "_async_store", "_on_receipt", "_store_timeout", "max_retries", "__weakref__")
+    __slots__ = (
+        "_native",
+        "_store",
+        "_text_store",
+        "_async_store",
+        "_on_receipt",
+        "_holds_receipts",
+        "_store_timeout",
+        "max_retries",
+        "__weakref__",
+    )
 
     def __init__(
         self,
@@ -125,6 +135,8 @@ class HeartFleet:
         self._store = store
         self.max_retries = max_retries
         self._on_receipt = on_receipt
+        # The sink is this store's receipt sink: receipts commit with their writes (_receipt_table).
+        self._holds_receipts = isinstance(on_receipt, _receipt_table.ReceiptSink) and on_receipt.store is store
         self._text_store = callable(getattr(store, "execute_json", None))
         method = getattr(store, "execute_json" if self._text_store else "execute", None)
         self._async_store = inspect.iscoroutinefunction(method)
@@ -165,6 +177,13 @@ class HeartFleet:
                     _schedule(out)
             except Exception:  # noqa: BLE001,S110 - the reference swallows sink errors
                 pass
+
+    def _held(self) -> _receipt_table.HeldTransaction | None:
+        """A held transaction for one operation, when receipts commit with their writes."""
+        if not self._holds_receipts:
+            return None
+        assert isinstance(self._on_receipt, _receipt_table.ReceiptSink)
+        return self._on_receipt.hold()
 
     # -- running plans ---------------------------------------------------------------------
 
@@ -461,22 +480,4 @@ async def ensure_resource_run_async(
     return await heart.ensure_resource_run_async(kind, key, objective=objective, created_by=created_by)
 
 
-_background: set[asyncio.Future[Any]] = set()
-
-
-def _schedule(awaitable: Any) -> None:
-    """Runs an async sink's awaitable in the background when a loop is running (else drops it)."""
-    try:
-        fut = asyncio.ensure_future(awaitable)
-    except (RuntimeError, TypeError):
-        if inspect.iscoroutine(awaitable):
-            awaitable.close()
-        return
-    _background.add(fut)
-
-    def done(f: asyncio.Future[Any]) -> None:
-        _background.discard(f)
-        if not f.cancelled():
-            f.exception()  # retrieved: a failing sink is swallowed, as in the reference
-
-    fut.add_done_callback(done)
+_schedule = _receipt_table.in_background

@@ -49,6 +49,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from . import _check
+from . import _driver
 from . import _native
 from . import _receipt_table
 from .errors import InvalidTypeError, StoreProtocolError, StoreUnavailableError
@@ -346,6 +347,114 @@ def _answer(conn: Any, sql: str, params: Any, prepare: bool | None) -> tuple[lis
     return [c.name for c in cur.description], cur.fetchall()
 
 
+def _rows(names: list[str], rows: list[tuple[Any, ...]]) -> list[list[list[Any]]]:
+    """A statement's rows as the core reads them: ``[[column, value], ...]`` per row."""
+    return [[[n, v] for n, v in zip(names, row)] for row in rows]
+
+
+def _transaction_statement(conn: Any, autocommit_sql: str, method: str) -> Any:
+    """``BEGIN``/``COMMIT``/``ROLLBACK`` on ``conn``: the statement in autocommit, else the
+    connection's own method (psycopg opens a transaction at the first statement)."""
+    return conn.execute(autocommit_sql) if conn.autocommit else getattr(conn, method)()
+
+
+class _Session:
+    """The store's connection kept by one held transaction (``_receipt_table``): the store's
+    lock is taken at ``begin`` and given back at ``release``, so no other request joins it."""
+
+    def __init__(self, store: PsycopgLeaseStore) -> None:
+        self.store = store
+        self.conn: Any = None
+
+    def begin(self) -> None:
+        store = self.store
+        store._lock.acquire()
+        try:
+            self.conn = store._live()
+            if self.conn.autocommit:
+                store._on(self.conn, "postgres begin", lambda c: c.execute("BEGIN"))
+        except BaseException:
+            store._lock.release()
+            raise
+
+    def answer(self, request: str) -> str:
+        request = _check_request(request)
+        sql, params = _statement(request)
+        prepare = self.store._prepare
+        names, rows = self.store._on(self.conn, "postgres", lambda c: _answer(c, sql, params, prepare))
+        return _decode(request, names, rows)
+
+    def rows(self, statement: dict[str, Any]) -> list[list[list[Any]]]:
+        sql, params = _core_statement(statement)
+        return _rows(*self.store._on(self.conn, "postgres receipt", lambda c: _answer(c, sql, params, None)))
+
+    def commit(self) -> None:
+        self.store._on(self.conn, "postgres commit", lambda c: _transaction_statement(c, "COMMIT", "commit"))
+
+    def rollback(self) -> None:
+        try:
+            _transaction_statement(self.conn, "ROLLBACK", "rollback")
+        except Exception:  # noqa: BLE001,S110 - a lost connection has lost the transaction already
+            pass
+
+    def release(self) -> None:
+        self.store._lock.release()
+
+
+class _AsyncSession:
+    """:class:`_Session` for :class:`AsyncPsycopgLeaseStore`: the store's turn is taken at
+    ``begin`` and given back at ``release``."""
+
+    def __init__(self, store: AsyncPsycopgLeaseStore) -> None:
+        self.store = store
+        self.conn: Any = None
+        self.turn = store._turn()
+
+    async def begin(self) -> None:
+        await self.turn.acquire()
+        try:
+            self.conn = await self.store._live()
+            if self.conn.autocommit:
+                await self.store._on(self.conn, "postgres begin", "BEGIN", None, None)
+        except BaseException:
+            self.turn.release()
+            raise
+
+    async def answer(self, request: str) -> str:
+        request = _check_request(request)
+        sql, params = _statement(request)
+        names, rows = await self.store._on(self.conn, "postgres", sql, params, self.store._prepare)
+        return _decode(request, names, rows)
+
+    async def rows(self, statement: dict[str, Any]) -> list[list[list[Any]]]:
+        sql, params = _core_statement(statement)
+        return _rows(*await self.store._on(self.conn, "postgres receipt", sql, params, None))
+
+    async def commit(self) -> None:
+        await _driver.committed(self._commit())
+
+    async def _commit(self) -> None:
+        if self.conn.autocommit:
+            await self.store._on(self.conn, "postgres commit", "COMMIT", None, None)
+        else:
+            try:
+                await self.conn.commit()
+            except _psycopg().Error as e:
+                raise StoreUnavailableError(f"postgres commit: {e}") from e
+
+    async def rollback(self) -> None:
+        try:
+            if self.conn.autocommit:
+                await self.conn.execute("ROLLBACK")
+            else:
+                await self.conn.rollback()
+        except Exception:  # noqa: BLE001,S110 - a lost connection has lost the transaction already
+            pass
+
+    def release(self) -> None:
+        self.turn.release()
+
+
 class PsycopgLeaseStore:
     """A heart-fleet store over a psycopg 3 ``Connection`` (blocking).
 
@@ -397,23 +506,26 @@ class PsycopgLeaseStore:
         self.close()
 
     def _run(self, what: str, work: Callable[[Any], _T]) -> _T:
-        """``work(conn)`` on the live connection, one request at a time, its statements within
-        the deadline (``work`` restarts it before each further statement). A driver error,
-        or the deadline passing, is ``StoreUnavailableError`` starting with ``what``."""
-        psycopg = _psycopg()
+        """``work(conn)`` on the live connection, one request at a time (see :meth:`_on`)."""
         with self._lock:
-            conn = self._live()
-            fired = False
+            return self._on(self._live(), what, work)
+
+    def _on(self, conn: Any, what: str, work: Callable[[Any], _T]) -> _T:
+        """``work(conn)`` with its statements within the deadline (``work`` restarts it before
+        each further statement). A driver error, or the deadline passing, is
+        ``StoreUnavailableError`` starting with ``what``."""
+        psycopg = _psycopg()
+        fired = False
+        try:
+            self._deadline.start(conn)
             try:
-                self._deadline.start(conn)
-                try:
-                    return work(conn)
-                finally:
-                    fired = self._deadline.stop()
-                    if fired and self._connector is not None:
-                        conn.close()  # in an unknown state: the next request connects again
-            except psycopg.Error as e:
-                raise StoreUnavailableError(_missed(what, self._deadline.timeout_s, e) if fired else f"{what}: {e}") from e
+                return work(conn)
+            finally:
+                fired = self._deadline.stop()
+                if fired and self._connector is not None:
+                    conn.close()  # in an unknown state: the next request connects again
+        except psycopg.Error as e:
+            raise StoreUnavailableError(_missed(what, self._deadline.timeout_s, e) if fired else f"{what}: {e}") from e
 
     def execute_json(self, request: str) -> str:
         """The store contract's text form: StoreRequest JSON text -> StoreAnswer JSON text."""
@@ -429,27 +541,29 @@ class PsycopgLeaseStore:
 
     def receipt_sink(
         self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None, *, signing_keys: Sequence[str] = ()
-    ) -> Callable[[HeartReceipt], None]:
+    ) -> _receipt_table.ReceiptSink:
         """An ``on_receipt`` sink that appends each receipt to the ``heart_receipts`` table,
         chained per run (``seq``, ``prev``, ``link``, as the CLI and the Rust stores write
         them) and, with ``signing_keys`` (key file texts), signed; the core decides every
-        statement. A failure goes to ``on_error`` (default: ignored), never to the lease
-        operation; a bad key raises here."""
+        statement. Given to a ``HeartFleet`` over this store, each operation's writes and their
+        receipts commit in one transaction, and a receipt that cannot be inserted fails the
+        operation (``StoreUnavailableError``, nothing written; see ``_receipt_table``).
+        Anywhere else it appends right after the write, and a failure goes to ``on_error``
+        (default: ignored), never to the lease operation. A bad key raises here."""
         app = _receipt_table.appender("postgres", signing_keys)
 
         def run(st: dict[str, Any]) -> list[list[list[Any]]]:
             sql, params = _core_statement(st)
-            names, rows = self._run("postgres receipt", lambda conn: _answer(conn, sql, params, None))
-            return [[[n, v] for n, v in zip(names, row)] for row in rows]
+            return _rows(*self._run("postgres receipt", lambda conn: _answer(conn, sql, params, None)))
 
-        def sink(receipt: HeartReceipt) -> None:
+        def append_now(receipt: str) -> None:
             try:
-                _receipt_table.append(app, receipt, run)
+                _driver.run_sync(_receipt_table.appending(app, receipt, run))
             except Exception as e:  # noqa: BLE001 - reported to on_error only
                 if on_error is not None:
-                    on_error(e, receipt)
+                    on_error(e, HeartReceipt.from_json(json.loads(receipt)))
 
-        return sink
+        return _receipt_table.ReceiptSink(self, app, append_now, lambda: _Session(self))
 
     def migrate(self) -> list[tuple[str, bool]]:
         """Applies every migration that ``heart_fleet_migrations`` does not record yet, each in
@@ -499,6 +613,7 @@ class AsyncPsycopgLeaseStore:
         self.conn = conn
         self._prepare = prepare
         self._connector: _Connector | None = None
+        self._lock: asyncio.Lock | None = None
 
     @classmethod
     async def connect(
@@ -529,20 +644,35 @@ class AsyncPsycopgLeaseStore:
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
+    def _turn(self) -> asyncio.Lock:
+        """The connection's turn: one request, or one held transaction, at a time (a held
+        transaction keeps it from its first request to its settle)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
     async def execute_json(self, request: str) -> str:
         """The store contract's text form, awaited."""
         request = _check_request(request)
         sql, params = _statement(request)
+        async with self._turn():
+            conn = await self._live()
+            names, rows = await self._on(conn, "postgres", sql, params, self._prepare)
+        return _decode(request, names, rows)
+
+    async def _on(self, conn: Any, what: str, sql: str, params: Any, prepare: bool | None) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """One statement on ``conn`` within the deadline (in a transaction block of its own
+        unless the connection autocommits or a transaction is open): its column names and
+        rows. A driver error, or the deadline passing, is ``StoreUnavailableError``."""
         psycopg = _psycopg()
-        conn = await self._live()
 
         async def run() -> tuple[Any, list[tuple[Any, ...]]]:
-            if conn.autocommit:
-                cur = await conn.execute(sql, params, prepare=self._prepare)
-                return cur, await cur.fetchall()
+            if conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                cur = await conn.execute(sql, params, prepare=prepare)
+                return cur, (await cur.fetchall() if cur.description else [])
             async with conn.transaction():
-                cur = await conn.execute(sql, params, prepare=self._prepare)
-                return cur, await cur.fetchall()
+                cur = await conn.execute(sql, params, prepare=prepare)
+                return cur, (await cur.fetchall() if cur.description else [])
 
         task = asyncio.ensure_future(run())
         missed = False
@@ -558,12 +688,12 @@ class AsyncPsycopgLeaseStore:
             await asyncio.wait({task})
             raise
         except psycopg.Error as e:
-            raise StoreUnavailableError(_missed("postgres", self._timeout_s, e) if missed else f"postgres: {e}") from e
+            raise StoreUnavailableError(_missed(what, self._timeout_s, e) if missed else f"{what}: {e}") from e
         finally:
             if missed and self._connector is not None:
                 await conn.close()  # in an unknown state: the next request connects again
         names = [c.name for c in cur.description] if cur.description else []
-        return _decode(request, names, rows)
+        return names, rows
 
     async def execute(self, request: dict[str, Any]) -> dict[str, Any]:
         """The store contract, awaited."""
@@ -572,29 +702,25 @@ class AsyncPsycopgLeaseStore:
 
     def receipt_sink(
         self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None, *, signing_keys: Sequence[str] = ()
-    ) -> Callable[[HeartReceipt], Awaitable[None]]:
-        """:meth:`PsycopgLeaseStore.receipt_sink`, appending in the background, in order (the
-        fleet schedules it on the running loop)."""
-        lock = asyncio.Lock()
+    ) -> _receipt_table.ReceiptSink:
+        """:meth:`PsycopgLeaseStore.receipt_sink`: given to a fleet over this store, each
+        operation's writes and receipts commit in one transaction; anywhere else it appends in
+        the background, in order (the fleet schedules it on the running loop)."""
         app = _receipt_table.appender("postgres", signing_keys)
 
         async def run(st: dict[str, Any]) -> list[list[list[Any]]]:
             sql, params = _core_statement(st)
-            cur = await self.conn.execute(sql, params)
-            if not cur.description:
-                return []
-            names = [c.name for c in cur.description]
-            return [[[n, v] for n, v in zip(names, row)] for row in await cur.fetchall()]
+            async with self._turn():  # FIFO: inserts keep the receipts' order
+                return _rows(*await self._on(await self._live(), "postgres receipt", sql, params, None))
 
-        async def sink(receipt: HeartReceipt) -> None:
-            async with lock:  # FIFO: inserts keep the receipts' order
-                try:
-                    await _receipt_table.append_async(app, receipt, run)
-                except Exception as e:  # noqa: BLE001 - reported to on_error only
-                    if on_error is not None:
-                        on_error(e, receipt)
+        async def append_now(receipt: str) -> None:
+            try:
+                await _driver.run_async(_receipt_table.appending(app, receipt, run))
+            except Exception as e:  # noqa: BLE001 - reported to on_error only
+                if on_error is not None:
+                    on_error(e, HeartReceipt.from_json(json.loads(receipt)))
 
-        return sink
+        return _receipt_table.ReceiptSink(self, app, append_now, lambda: _AsyncSession(self))
 
     async def migrate(self) -> list[tuple[str, bool]]:
         """:meth:`PsycopgLeaseStore.migrate`, awaited."""

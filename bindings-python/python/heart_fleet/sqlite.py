@@ -28,6 +28,7 @@ once) or returned its fence: never a lease that nobody knows about.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import json
 import os
@@ -38,6 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _check
+from . import _driver
 from . import _native
 from . import _receipt_table
 from ._driver import CancelledAfterCommit
@@ -189,6 +191,91 @@ def _wal_mode(conn: sqlite3.Connection, timeout: float) -> str:
             time.sleep(0.01)
 
 
+class _Session:
+    """The store's connection kept by one held transaction (``_receipt_table``): the store's
+    lock is taken at ``begin`` (``BEGIN IMMEDIATE``: the write lock, so every statement sees one
+    state) and given back at ``release``, so no other request joins the transaction."""
+
+    def __init__(self, store: SqliteLeaseStore) -> None:
+        self.store = store
+
+    def begin(self) -> None:
+        self.store._lock.acquire()
+        try:
+            self.store._conn.execute("BEGIN IMMEDIATE")
+        except BaseException as e:
+            self.store._lock.release()
+            if isinstance(e, sqlite3.Error):
+                raise StoreUnavailableError(f"sqlite: {e}") from e
+            raise
+
+    def answer(self, request: str) -> str:
+        store = self.store
+        statements = store._rendered(request)
+        try:
+            return store._decode(request, store._run(statements))
+        except sqlite3.Error as e:
+            raise StoreUnavailableError(f"sqlite: {e}") from e
+
+    def rows(self, statement: dict[str, Any]) -> list[list[list[Any]]]:
+        return self.store._rows(statement)
+
+    def commit(self) -> None:
+        try:
+            self.store._conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            raise StoreUnavailableError(f"sqlite: {e}") from e
+
+    def rollback(self) -> None:
+        conn = self.store._conn
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # a connection that cannot roll back has lost the transaction already
+
+    def release(self) -> None:
+        self.store._lock.release()
+
+
+class _ThreadSession:
+    """:class:`_Session` for the asyncio store: every call runs on one thread of its own (the
+    store's lock belongs to the thread that took it), which ends at ``release``."""
+
+    def __init__(self, store: SqliteLeaseStore) -> None:
+        self.session = _Session(store)
+        self.thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="heart-fleet-held")
+
+    async def _on_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.thread, fn, *args)
+
+    async def begin(self) -> None:
+        try:
+            await self._on_thread(self.session.begin)
+        except BaseException:
+            self.thread.shutdown(wait=False)
+            raise
+
+    async def answer(self, request: str) -> str:
+        answer: str = await self._on_thread(self.session.answer, request)
+        return answer
+
+    async def rows(self, statement: dict[str, Any]) -> list[list[list[Any]]]:
+        rows: list[list[list[Any]]] = await self._on_thread(self.session.rows, statement)
+        return rows
+
+    async def commit(self) -> None:
+        await _driver.committed(self._on_thread(self.session.commit))
+
+    async def rollback(self) -> None:
+        await self._on_thread(self.session.rollback)
+
+    def release(self) -> None:
+        # Queued behind whatever the thread still runs (a request of a cancelled operation).
+        self.thread.submit(self.session.release)
+        self.thread.shutdown(wait=False)
+
+
 class SqliteLeaseStore:
     """A heart-fleet store over one ``sqlite3`` connection (thread-safe: requests are
     serialized by a lock, so a heartbeat thread may share it).
@@ -307,13 +394,19 @@ class SqliteLeaseStore:
             raise StoreProtocolError(f"sqlite: a column the core cannot read: {e}") from e
         return str(_native.sql_decode(request, "sqlite", text))
 
-    def _execute(self, request: str, gate: _Gate | None) -> str:
-        """One request in one transaction; with ``gate``, the cancellation protocol (module docs)."""
+    @staticmethod
+    def _rendered(request: str) -> list[dict[str, Any]]:
+        """The statements the core renders for ``request`` (JSON text)."""
         if not isinstance(request, str):
             raise InvalidTypeError("execute_json: a StoreRequest as JSON text")
         if not _check.wellformed(request):
             raise _check.ill_formed("execute_json: the request")
-        statements = json.loads(_native.sql_render(request, "sqlite"))
+        statements: list[dict[str, Any]] = json.loads(_native.sql_render(request, "sqlite"))
+        return statements
+
+    def _execute(self, request: str, gate: _Gate | None) -> str:
+        """One request in one transaction; with ``gate``, the cancellation protocol (module docs)."""
+        statements = self._rendered(request)
         with self._lock:
             if gate is not None and gate.cancelled:
                 raise _NotCommitted("cancelled before it started")
@@ -336,30 +429,37 @@ class SqliteLeaseStore:
                 raise StoreUnavailableError(f"sqlite: {e}") from e
         return answer
 
+    def _rows(self, st: dict[str, Any]) -> list[list[list[Any]]]:
+        """One core statement (a receipt append's) on the connection: its rows."""
+        cur = self._conn.execute(st["sql"], [_bind(p, None) for p in st["params"]])
+        names = [d[0] for d in cur.description] if cur.description else []
+        return [[[n, v] for n, v in zip(names, row)] for row in cur.fetchall()]
+
     def receipt_sink(
         self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None, *, signing_keys: Sequence[str] = ()
-    ) -> Callable[[HeartReceipt], None]:
+    ) -> _receipt_table.ReceiptSink:
         """An ``on_receipt`` sink that appends each receipt to the ``heart_receipts`` table
         (what ``heart-fleet metrics`` and ``verify-receipts --table`` read), chained per run
         and, with ``signing_keys`` (key file texts), signed; the core decides every statement.
-        A failure goes to ``on_error`` (default: ignored), never to the lease operation; a bad
-        key raises here."""
+        Given to a ``HeartFleet`` over this store, each operation's writes and their receipts
+        commit in one transaction, and a receipt that cannot be inserted fails the operation
+        (``StoreUnavailableError``, nothing written; see ``_receipt_table``). Anywhere else it
+        appends right after the write, and a failure goes to ``on_error`` (default: ignored),
+        never to the lease operation. A bad key raises here."""
         app = _receipt_table.appender("sqlite", signing_keys)
 
         def run(st: dict[str, Any]) -> list[list[list[Any]]]:
             with self._lock:
-                cur = self._conn.execute(st["sql"], [_bind(p, None) for p in st["params"]])
-                names = [d[0] for d in cur.description] if cur.description else []
-                return [[[n, v] for n, v in zip(names, row)] for row in cur.fetchall()]
+                return self._rows(st)
 
-        def sink(receipt: HeartReceipt) -> None:
+        def append_now(receipt: str) -> None:
             try:
-                _receipt_table.append(app, receipt, run)
+                _driver.run_sync(_receipt_table.appending(app, receipt, run))
             except Exception as e:  # noqa: BLE001 - reported to on_error only
                 if on_error is not None:
-                    on_error(e, receipt)
+                    on_error(e, HeartReceipt.from_json(json.loads(receipt)))
 
-        return sink
+        return _receipt_table.ReceiptSink(self, app, append_now, lambda: _Session(self))
 
     def execute(self, request: dict[str, Any]) -> dict[str, Any]:
         """The store contract: a StoreRequest (dict) -> its StoreAnswer (dict)."""
@@ -408,9 +508,11 @@ class AsyncSqliteLeaseStore:
 
     def receipt_sink(
         self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None, *, signing_keys: Sequence[str] = ()
-    ) -> Callable[[HeartReceipt], None]:
-        """:meth:`SqliteLeaseStore.receipt_sink`."""
-        return self.sync.receipt_sink(on_error, signing_keys=signing_keys)
+    ) -> _receipt_table.ReceiptSink:
+        """:meth:`SqliteLeaseStore.receipt_sink`; a fleet over this store holds each
+        operation's writes and receipts in one transaction, on a thread of its own."""
+        sync = self.sync.receipt_sink(on_error, signing_keys=signing_keys)
+        return _receipt_table.ReceiptSink(self, sync.app, sync.append_now, lambda: _ThreadSession(self.sync))
 
     def close(self) -> None:
         """Closes the connection."""
