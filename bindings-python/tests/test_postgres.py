@@ -694,3 +694,30 @@ def test_a_worker_killed_between_its_write_and_its_receipt_leaves_neither(pg_url
             time.sleep(0.025)
     assert _pg_run_row(pg_url, rid) == ("ready", None, 0, 0)
     assert _pg_receipt_events(pg_url, rid) == []
+
+
+def test_a_cancelled_held_operation_writes_nothing_and_gives_the_store_back(pg_url: str) -> None:
+    rid = pg_run_id()
+    seed_pg_run(pg_url, rid)
+    direct = _with_db(os.environ["DATABASE_URL"], urlsplit(pg_url).path.lstrip("/"))
+
+    async def go() -> tuple[object, ...]:
+        astore = await hf.AsyncPsycopgLeaseStore.connect(pg_url)
+        try:
+            h = hf.HeartFleet(astore, on_receipt=astore.receipt_sink())
+            # Another session holds the run's row: the acquire's UPDATE waits inside the held
+            # transaction, and the operation is cancelled there.
+            with plain_connect(direct) as locker:
+                locker.execute("SELECT 1 FROM agent_runs WHERE id::text = %s FOR UPDATE", (rid,))
+                task = asyncio.ensure_future(h.acquire_async(rid, "cancelled", 60))
+                await asyncio.sleep(0.3)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                locker.commit()
+            a = await asyncio.wait_for(h.acquire_async(rid, "next", 60), 10)
+            return a.acquired, _pg_run_row(pg_url, rid), _pg_receipt_events(pg_url, rid)
+        finally:
+            await astore.close()
+
+    assert asyncio.run(go()) == (True, ("leased", "next", 0, 1), ["acquired"])

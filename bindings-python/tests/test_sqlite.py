@@ -297,3 +297,30 @@ def test_a_worker_killed_between_its_write_and_its_receipt_leaves_neither(tmp_pa
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
     assert _sqlite_state(db, run.id) == (("ready", None, 0, 0), [])
+
+
+def test_a_cancelled_held_operation_writes_nothing_and_gives_the_store_back(tmp_path: Path) -> None:
+    db = tmp_path / "fleet.db"
+    run = hf.HeartFleet(hf.SqliteLeaseStore(db)).ensure_resource_run("job", "cancelled").run
+
+    async def go() -> tuple[object, ...]:
+        astore = hf.AsyncSqliteLeaseStore(db)
+        h = hf.HeartFleet(astore, on_receipt=astore.receipt_sink())
+        # Another connection holds the write lock: the held transaction waits to begin.
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        task = asyncio.ensure_future(h.acquire_async(run.id, "cancelled", 60))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        other.execute("COMMIT")
+        other.close()
+        # The cancelled operation's transaction is rolled back and the store given back.
+        a = await asyncio.wait_for(h.acquire_async(run.id, "next", 60), 10)
+        state = _sqlite_state(db, run.id)
+        astore.close()
+        return a.acquired, a.fence.epoch if a.fence else None, state, h.metrics.acquire_attempts
+
+    acquired, epoch, state, attempts = asyncio.run(go())
+    assert (acquired, epoch, state, attempts) == (True, 1, (("leased", "next", 0, 1), ["acquired"]), 1)

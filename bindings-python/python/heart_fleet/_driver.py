@@ -165,7 +165,10 @@ def steps(fleet: Fleetlike, op: Any, host: Host | None, held: Held | None = None
         return (yield from _steps(fleet, op, host, held, counted))
     finally:
         if held is not None and held.is_open:
+            # Left by an exception or a cancellation: its writes roll back, and their counts.
             held.abandon()
+            if counted is not None:
+                counted.rolled_back()
 
 
 def _rolled_back(e: BaseException) -> dict[str, Any]:

@@ -73,7 +73,8 @@ def appending(app: _native.NativeReceiptAppender, receipt: str, rows: Callable[[
 
 class Session(Protocol):
     """A store's connection, kept by one held transaction from ``begin`` to ``release``. Each
-    method but ``release`` may return an awaitable (an asyncio store)."""
+    method but ``release`` may return an awaitable (an asyncio store). ``release`` gives back
+    only what ``begin`` took, once (a ``begin`` that failed gave it back itself)."""
 
     def begin(self) -> Any: ...
     def answer(self, request: str) -> Any: ...
@@ -115,9 +116,14 @@ class HeldTransaction:
             yield from self._roll_back(f"a receipt could not be written: {self._doomed}")
             self._outcome()
         if self._session is None:
-            session = self._open_session()
-            yield from _call(session.begin)  # gives back what it took when it fails
-            self._session = session
+            # Kept before it begins: an operation cancelled while it waits to begin is rolled
+            # back and its connection given back (abandon).
+            self._session = session = self._open_session()
+            try:
+                yield from _call(session.begin)  # gives back what it took when it fails
+            except Exception:
+                self._session = None
+                raise
         try:
             return (yield from _call(_driver.StoreCall(self._session.answer, timeout), request))
         except Exception as e:

@@ -365,16 +365,18 @@ class _Session:
     def __init__(self, store: PsycopgLeaseStore) -> None:
         self.store = store
         self.conn: Any = None
+        self.locked = False
 
     def begin(self) -> None:
         store = self.store
         store._lock.acquire()
+        self.locked = True
         try:
             self.conn = store._live()
             if self.conn.autocommit:
                 store._on(self.conn, "postgres begin", lambda c: c.execute("BEGIN"))
         except BaseException:
-            store._lock.release()
+            self.release()
             raise
 
     def answer(self, request: str) -> str:
@@ -393,12 +395,15 @@ class _Session:
 
     def rollback(self) -> None:
         try:
-            _transaction_statement(self.conn, "ROLLBACK", "rollback")
+            if self.conn is not None:
+                _transaction_statement(self.conn, "ROLLBACK", "rollback")
         except Exception:  # noqa: BLE001,S110 - a lost connection has lost the transaction already
             pass
 
     def release(self) -> None:
-        self.store._lock.release()
+        if self.locked:
+            self.locked = False
+            self.store._lock.release()
 
 
 class _AsyncSession:
@@ -409,15 +414,18 @@ class _AsyncSession:
         self.store = store
         self.conn: Any = None
         self.turn = store._turn()
+        self.locked = False
 
     async def begin(self) -> None:
         await self.turn.acquire()
+        self.locked = True
         try:
             self.conn = await self.store._live()
             if self.conn.autocommit:
                 await self.store._on(self.conn, "postgres begin", "BEGIN", None, None)
         except BaseException:
-            self.turn.release()
+            await self.rollback()
+            self.release()
             raise
 
     async def answer(self, request: str) -> str:
@@ -444,6 +452,8 @@ class _AsyncSession:
 
     async def rollback(self) -> None:
         try:
+            if self.conn is None:
+                return
             if self.conn.autocommit:
                 await self.conn.execute("ROLLBACK")
             else:
@@ -452,7 +462,9 @@ class _AsyncSession:
             pass
 
     def release(self) -> None:
-        self.turn.release()
+        if self.locked:
+            self.locked = False
+            self.turn.release()
 
 
 class PsycopgLeaseStore:

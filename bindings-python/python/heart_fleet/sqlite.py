@@ -198,13 +198,15 @@ class _Session:
 
     def __init__(self, store: SqliteLeaseStore) -> None:
         self.store = store
+        self.locked = False
 
     def begin(self) -> None:
         self.store._lock.acquire()
+        self.locked = True
         try:
             self.store._conn.execute("BEGIN IMMEDIATE")
         except BaseException as e:
-            self.store._lock.release()
+            self.release()
             if isinstance(e, sqlite3.Error):
                 raise StoreUnavailableError(f"sqlite: {e}") from e
             raise
@@ -229,18 +231,21 @@ class _Session:
     def rollback(self) -> None:
         conn = self.store._conn
         try:
-            if conn.in_transaction:
+            if self.locked and conn.in_transaction:
                 conn.execute("ROLLBACK")
         except sqlite3.Error:
             pass  # a connection that cannot roll back has lost the transaction already
 
     def release(self) -> None:
-        self.store._lock.release()
+        if self.locked:
+            self.locked = False
+            self.store._lock.release()
 
 
 class _ThreadSession:
     """:class:`_Session` for the asyncio store: every call runs on one thread of its own (the
-    store's lock belongs to the thread that took it), which ends at ``release``."""
+    store's lock belongs to the thread that took it), which ends at ``release``. A call that
+    is cancelled goes on there; the roll-back and the release queue behind it."""
 
     def __init__(self, store: SqliteLeaseStore) -> None:
         self.session = _Session(store)
@@ -252,8 +257,8 @@ class _ThreadSession:
     async def begin(self) -> None:
         try:
             await self._on_thread(self.session.begin)
-        except BaseException:
-            self.thread.shutdown(wait=False)
+        except Exception:
+            self.thread.shutdown(wait=False)  # it gave back the lock: nothing to release
             raise
 
     async def answer(self, request: str) -> str:
@@ -271,7 +276,6 @@ class _ThreadSession:
         await self._on_thread(self.session.rollback)
 
     def release(self) -> None:
-        # Queued behind whatever the thread still runs (a request of a cancelled operation).
         self.thread.submit(self.session.release)
         self.thread.shutdown(wait=False)
 
