@@ -438,7 +438,8 @@ export interface PgQueryable {
 
 /**
  * A store over PostgreSQL (node-postgres): each request is the one statement the core
- * renders, run in autocommit; the clock is the database's. Pass `{pool}` or `{client}` (yours
+ * renders, run in autocommit (with its own `receiptSink()` as the fleet's sink, in one
+ * transaction per operation with its receipts); the clock is the database's. Pass `{pool}` or `{client}` (yours
  * to close), or `{connectionString, max?}` (requires the `pg` package; `end()` closes it).
  */
 export declare class PgLeaseStore implements LeaseStore {

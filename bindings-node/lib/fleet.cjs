@@ -193,7 +193,11 @@ async function driveStep(fleet, kind, argsText, host, storeFor) {
     // An operation left behind by an exception is freed; a finished one was freed already
     // (and its handle may belong to another operation by now).
     if (!op.finished) nf.abandon(first);
-    if (held?.open) await held.abandon();
+    if (held?.open) {
+      // Left by an exception: its writes roll back, and their counts.
+      await held.abandon();
+      counted.rolledBack();
+    }
   }
 }
 

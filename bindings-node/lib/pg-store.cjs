@@ -252,7 +252,9 @@ class HeldTransaction {
 
 /**
  * A heart-fleet store over PostgreSQL (node-postgres). Every store request is one
- * statement, run in autocommit on whatever connection the pool hands out; the statement
+ * statement, run in autocommit on whatever connection the pool hands out (for a fleet whose
+ * sink is this store's receiptSink, an operation's statements share one transaction on one
+ * connection: see receiptSink); the statement
  * reads the clock inside PostgreSQL (`clock_timestamp()`), so worker clock skew cannot
  * break exclusion.
  *
