@@ -172,7 +172,7 @@ async function driveStep(fleet, kind, argsText, host, storeFor) {
   const reference = fleet._reference;
   // A fleet whose sink is its PgLeaseStore's receiptSink holds each operation's writes and
   // their receipts in one transaction (pg-store.cjs, HeldTransaction).
-  const held = fleet._holdsReceipts ? fleet.store._holdFor(fleet._onReceipt) : null;
+  const held = fleet._holdsReceipts ? fleet.store._holdFor(fleet._onReceipt, fleet._storeTimeoutMs) : null;
   const counted = held ? new Unsettled(nf) : null;
   const begin = () => {
     if (storeFor) return nf.beginOnHost(kind, argsText);
@@ -280,8 +280,15 @@ async function driveOperation(fleet, op, host, storeFor, held, counted) {
           const request = op.request();
           const parsed = storeFor ? JSON.parse(request) : null;
           const routed = parsed && storeFor(parsed);
-          let ans = routed ? routed.execute(parsed) : held ? held.execute(request) : storeCall(fleet, request, calls);
-          if (isThenable(ans)) ans = await bounded(ans, fleet._storeTimeoutMs);
+          let ans;
+          if (held && !routed) {
+            // Not raced against storeTimeoutMs: a request abandoned that way would go on inside
+            // the transaction. Its own waits have deadlines (connection, each statement).
+            ans = await held.execute(request);
+          } else {
+            ans = routed ? routed.execute(parsed) : storeCall(fleet, request, calls);
+            if (isThenable(ans)) ans = await bounded(ans, fleet._storeTimeoutMs);
+          }
           let answer;
           try {
             answer = answerText(ans);

@@ -83,7 +83,7 @@ function cancelStatement(conn) {
   });
 }
 
-/** A receipts-table sink's link to its store and appender (see receiptSink). */
+/** A receipts-table sink's link to its store, its signing keys and its onError (see receiptSink). */
 const RECEIPT_TABLE = Symbol('heart-fleet.receiptTable');
 
 /** A node-postgres result in `rowMode: 'array'` as the core reads rows: `[[column, value], ...]` per row. */
@@ -113,6 +113,15 @@ async function appendReceipt(appender, receipt, query) {
   }
 }
 
+/** Resolves to `MISSED` after `ms` (and `clear()` stops the timer). */
+function timeout(ms) {
+  let timer;
+  const missed = new Promise((resolve) => {
+    timer = setTimeout(resolve, ms, MISSED);
+  });
+  return { missed, clear: () => clearTimeout(timer) };
+}
+
 /**
  * One operation's requests and the receipts of its writes, in one transaction on one
  * connection (receiptSink). The first request opens it (BEGIN); each receipt the core emits
@@ -120,15 +129,28 @@ async function appendReceipt(appender, receipt, query) {
  * when a receipt could not be inserted, a request failed inside it or the COMMIT failed, and
  * then throws store-unavailable saying why. On PostgreSQL a write's row lock holds until the
  * commit, so the next writer of the run waits and chains its receipts after these.
+ *
+ * Each transaction has an appender of its own (the receipt chain's heads are read from the
+ * table inside it), so concurrent operations never share an append in progress. A receipt
+ * that records no write of the operation (guard's effect receipts, which follow the caller's
+ * ledger) is inserted at the settle in a transaction of its own; its failure goes to the
+ * sink's `onError`, as it cannot undo the effect. Every wait has a deadline: a connection
+ * within `connectMs` (the fleet's storeTimeoutMs), each statement within queryTimeoutMs.
  */
 class HeldTransaction {
-  constructor(store, table) {
+  constructor(store, table, connectMs) {
     this.store = store;
     this.table = table;
+    this.connectMs = connectMs;
     /** The connection while a transaction is open. */
     this.conn = null;
+    /** The open connection was dropped by a deadline (it is not given back again). */
+    this.dropped = false;
+    this.appender = null;
     /** The receipt inserts queued in the open transaction. */
     this.appends = Promise.resolve();
+    /** Receipts that record no write of the operation (see the class comment). */
+    this.alone = [];
     /** Why the open transaction must roll back (a receipt insert failed). */
     this.doomed = null;
     /** Why a transaction was rolled back since the last settle. */
@@ -140,33 +162,60 @@ class HeldTransaction {
     return this.conn !== null;
   }
 
-  async _begin() {
+  /** One statement on the open connection (a deadline that drops it is remembered). */
+  async _query(config) {
+    try {
+      return await this.store._queryOn(this.conn, config);
+    } catch (e) {
+      if (e?.connectionDropped) this.dropped = true;
+      throw e;
+    }
+  }
+
+  /** A connection of the pool (or the single client) within connectMs, for this transaction alone. */
+  async _connection() {
     const store = this.store;
-    let conn;
-    if (store._pooled) {
-      conn = await store.db.connect();
-    } else {
-      while (store._clientHeld) await store._clientHeld;
+    const limit = timeout(this.connectMs);
+    const late = () => codedError('store-unavailable', `postgres: no connection within ${this.connectMs} ms (storeTimeoutMs)`);
+    try {
+      if (store._pooled) {
+        const pending = store.db.connect();
+        const conn = await Promise.race([pending, limit.missed]);
+        if (conn !== MISSED) return conn;
+        // Given back as soon as the pool hands it over.
+        pending.then((c) => c.release(), () => {});
+        throw late();
+      }
+      while (store._clientHeld) {
+        if ((await Promise.race([store._clientHeld, limit.missed])) === MISSED) throw late();
+      }
       store._clientHeld = new Promise((resolve) => {
         this._freeClient = resolve;
       });
-      conn = store.db;
+      return store.db;
+    } finally {
+      limit.clear();
     }
-    this.conn = conn;
+  }
+
+  async _begin() {
+    this.conn = await this._connection();
+    this.dropped = false;
+    this.appender ??= native.NativeReceiptAppender.create('postgres', this.table.signingKeys);
     try {
-      await store._queryOn(conn, { text: 'BEGIN' });
+      await this._query({ text: 'BEGIN' });
     } catch (e) {
       this._close(e);
       throw e;
     }
   }
 
-  /** Gives the connection back (destroyed after `error`, unless the deadline dropped it already). */
+  /** Gives the connection back (destroyed after `error`; not again when a deadline dropped it). */
   _close(error) {
     const conn = this.conn;
     this.conn = null;
     if (this.store._pooled) {
-      if (!error?.connectionDropped) conn.release(error);
+      if (!this.dropped) conn.release(error);
     } else {
       this.store._clientHeld = null;
       this._freeClient();
@@ -175,12 +224,12 @@ class HeldTransaction {
 
   async _rollBack(reason, error) {
     if (!this.open) return;
-    const conn = this.conn;
-    if (!error?.connectionDropped) await this.store._queryOn(conn, { text: 'ROLLBACK' }).catch(() => {});
+    if (!this.dropped) await this._query({ text: 'ROLLBACK' }).catch(() => {});
     this._close(error);
     this.doomed = null;
     this.rolledBack ??= reason;
-    this.table.appender.forgetHeads();
+    // The rolled-back receipts may have been heads: read them from the table again.
+    this.appender.forgetHeads();
   }
 
   /** One store request (JSON text) inside the transaction, which it opens if none is. */
@@ -192,9 +241,8 @@ class HeldTransaction {
       throw codedError('store-unavailable', `the operation's writes were rolled back with their receipts: ${this.rolledBack}`);
     }
     if (!this.open) await this._begin();
-    const conn = this.conn;
     try {
-      return await this.store._answer(rendered, (config) => this.store._queryOn(conn, config));
+      return await this.store._answer(rendered, (config) => this._query(config));
     } catch (e) {
       // PostgreSQL aborts the transaction anyway: everything in it goes now.
       await this._rollBack(`a request of the operation failed: ${messageOf(e)}`, e);
@@ -202,17 +250,17 @@ class HeldTransaction {
     }
   }
 
-  /** A receipt of the operation: inserted in the open transaction, else by the sink in the background. */
+  /** A receipt of the operation: inserted in the open transaction, else at the settle (see the class comment). */
   receipt(receipt) {
     if (!this.open) {
-      this.table.background(receipt);
+      this.alone.push(receipt);
       return;
     }
     const conn = this.conn;
     this.appends = this.appends.then(async () => {
       if (this.doomed !== null || this.conn !== conn) return;
       try {
-        await appendReceipt(this.table.appender, receipt, (config) => this.store._queryOn(conn, config));
+        await appendReceipt(this.appender, receipt, (config) => this._query(config));
       } catch (e) {
         this.doomed = messageOf(e);
       }
@@ -230,7 +278,7 @@ class HeldTransaction {
         await this._rollBack(`a receipt could not be written: ${this.doomed}`);
       } else {
         try {
-          await this.store._queryOn(this.conn, { text: 'COMMIT' });
+          await this._query({ text: 'COMMIT' });
           this._close();
         } catch (e) {
           await this._rollBack(`the commit failed: ${messageOf(e)}`, e);
@@ -240,6 +288,23 @@ class HeldTransaction {
     const reason = this.rolledBack;
     this.rolledBack = null;
     if (reason !== null) throw codedError('store-unavailable', `the operation's writes were rolled back with their receipts: ${reason}`);
+    if (this.alone.length > 0) await this._insertAlone();
+  }
+
+  /** Inserts the receipts that record no write, in a transaction of their own; a failure goes to onError. */
+  async _insertAlone() {
+    const receipts = this.alone;
+    this.alone = [];
+    try {
+      await this._begin();
+      for (const r of receipts) await appendReceipt(this.appender, r, (config) => this._query(config));
+      await this._query({ text: 'COMMIT' });
+      this._close();
+    } catch (e) {
+      await this._rollBack('', e);
+      this.rolledBack = null;
+      for (const r of receipts) this.table.onError?.(e, r);
+    }
   }
 
   /** Rolls back what is open (the operation was left by an exception). */
@@ -247,6 +312,7 @@ class HeldTransaction {
     await this.appends;
     await this._rollBack('the operation was abandoned');
     this.rolledBack = null;
+    this.alone = [];
   }
 }
 
@@ -540,17 +606,18 @@ class PgLeaseStore {
         });
     };
     sink.flush = () => chain;
-    Object.defineProperty(sink, RECEIPT_TABLE, { value: { store: this, appender, background: sink } });
+    Object.defineProperty(sink, RECEIPT_TABLE, { value: { store: this, signingKeys: JSON.stringify(signingKeys), onError } });
     return sink;
   }
 
   /**
    * A held transaction for one operation of a fleet whose `onReceipt` is `sink`, a
-   * `receiptSink()` of this store (see receiptSink); null for any other sink.
+   * `receiptSink()` of this store (see receiptSink), waiting at most `connectMs` for a
+   * connection; null for any other sink.
    */
-  _holdFor(sink) {
+  _holdFor(sink, connectMs = DEFAULT_CONNECT_TIMEOUT_MS) {
     const table = typeof sink === 'function' ? sink[RECEIPT_TABLE] : undefined;
-    return table && table.store === this ? new HeldTransaction(this, table) : null;
+    return table && table.store === this ? new HeldTransaction(this, table, connectMs) : null;
   }
 
   _unchainedSink(onError) {

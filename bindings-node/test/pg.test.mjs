@@ -18,6 +18,8 @@ import {
   verifyReceipt,
   verifyReceipts,
   HeartFleetError,
+  guardIrreversible,
+  MemoryEffectLedger,
 } from '../index.mjs';
 import { assertShape } from './helpers/shape.mjs';
 import { routeTest, directOnlyTest } from './helpers/pg-route.mjs';
@@ -330,6 +332,31 @@ routeTest('a receipt that cannot be inserted rolls its write back: store-unavail
   assert.equal(fence.epoch, 1);
   assert.deepEqual(await receiptEvents(route, id), ['acquired']);
   assert.deepEqual([h.metrics.acquireAttempts, h.metrics.acquireWins], [1, 1]);
+});
+
+routeTest('concurrent held operations on one fleet, on a pool and on a single client, each keep their own chain of receipts', async (route) => {
+  const runs = [];
+  for (let i = 0; i < 6; i += 1) runs.push((await route.heart.ensureResourceRun('held', randomUUID())).run.id);
+  const client = await route.client(route.db.url);
+  for (const store of [route.newStore({ max: 2 }), new PgLeaseStore({ client, prepare: !route.pooled })]) {
+    const h = new HeartFleet({ store, onReceipt: store.receiptSink() });
+    // Six cycles at once: acquire, verify, guard an effect (its receipt records no write), release to ready.
+    await Promise.all(
+      runs.map(async (id, i) => {
+        const { fence } = await h.acquire(id, `w${i}`, 60);
+        assert.equal(await h.verifyFence(fence), true);
+        const out = await guardIrreversible(h, fence, new MemoryEffectLedger(), `fx:${id}`, async () => i);
+        assert.equal(out.committed, true);
+        assert.ok(await h.release(fence, 'ready'));
+      }),
+    );
+  }
+  // guardIrreversible verifies the fence itself, then its effect's receipt follows.
+  const cycle = ['acquired', 'fence_verified', 'fence_verified', 'effect_committed', 'released'];
+  for (const id of runs) assert.deepEqual(await receiptEvents(route, id), [...cycle, ...cycle]);
+  const r = await route.admin.query('SELECT receipt::text AS receipt FROM heart_receipts WHERE run_id = ANY($1) ORDER BY id', [runs]);
+  const report = verifyReceipts(r.rows.map((x) => JSON.parse(x.receipt)), { requireChain: true });
+  assert.deepEqual([report.findings, report.chained], [[], 60]);
 });
 
 routeTest('a worker killed between its write and its receipt leaves neither', async (route) => {
