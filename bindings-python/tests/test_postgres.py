@@ -721,3 +721,48 @@ def test_a_cancelled_held_operation_writes_nothing_and_gives_the_store_back(pg_u
             await astore.close()
 
     assert asyncio.run(go()) == (True, ("leased", "next", 0, 1), ["acquired"])
+
+
+def test_held_transactions_on_a_connection_without_autocommit_and_concurrent_tasks(pg_url: str) -> None:
+    # A connection of the caller's without autocommit: the held transaction is still one
+    # transaction (a refused receipt rolls the acquire back).
+    rid = pg_run_id()
+    seed_pg_run(pg_url, rid)
+    conn = plain_connect(pg_url)
+    assert conn.autocommit is False
+    try:
+        store = hf.PsycopgLeaseStore(conn, prepare=False)
+        heart = hf.HeartFleet(store, on_receipt=store.receipt_sink())
+        with _RefusedReceipts(pg_url, rid):
+            with pytest.raises(hf.StoreUnavailableError, match="receipts refused"):
+                heart.acquire(rid, "w", 60)
+        assert _pg_run_row(pg_url, rid) == ("ready", None, 0, 0)
+        a = heart.acquire(rid, "w", 60)
+        assert a.fence is not None and heart.release(a.fence, "completed") is not None
+        assert _pg_receipt_events(pg_url, rid) == ["acquired", "released"]
+    finally:
+        conn.close()
+
+    # Concurrent tasks on one asyncio store: each operation's transaction in its turn, and
+    # guard's effect receipts in the chain.
+    async def go() -> list[list[str]]:
+        runs = [pg_run_id() for _ in range(4)]
+        for r in runs:
+            seed_pg_run(pg_url, r)
+        astore = await hf.AsyncPsycopgLeaseStore.connect(pg_url)
+        try:
+            h = hf.HeartFleet(astore, on_receipt=astore.receipt_sink())
+
+            async def one(i: int, r: str) -> None:
+                a = await h.acquire_async(r, f"a{i}", 60)
+                assert a.fence is not None
+                g = await hf.guard_irreversible_async(h, a.fence, hf.MemoryEffectLedger(), f"fx:{r}", lambda ctx: i)
+                assert g.committed and await h.release_async(a.fence, "completed") is not None
+
+            await asyncio.wait_for(asyncio.gather(*(one(i, r) for i, r in enumerate(runs))), 60)
+            return [_pg_receipt_events(pg_url, r) for r in runs]
+        finally:
+            await astore.close()
+
+    events = asyncio.run(go())
+    assert events == [["acquired", "fence_verified", "effect_committed", "released"]] * 4

@@ -324,3 +324,46 @@ def test_a_cancelled_held_operation_writes_nothing_and_gives_the_store_back(tmp_
 
     acquired, epoch, state, attempts = asyncio.run(go())
     assert (acquired, epoch, state, attempts) == (True, 1, (("leased", "next", 0, 1), ["acquired"]), 1)
+
+
+def test_held_receipts_of_concurrent_operations_and_of_effects_are_all_in_the_chain(tmp_path: Path) -> None:
+    db = tmp_path / "fleet.db"
+    seeder = hf.HeartFleet(hf.SqliteLeaseStore(db))
+    runs = [seeder.ensure_resource_run("job", f"c{i}").run.id for i in range(4)]
+    cycle = ["acquired", "fence_verified", "fence_verified", "effect_committed", "released"]
+
+    # Blocking: guard_irreversible's effect receipt records no write; it is in the table when
+    # the guard returns.
+    store = hf.SqliteLeaseStore(db)
+    heart = hf.HeartFleet(store, on_receipt=store.receipt_sink())
+    for i, rid in enumerate(runs):
+        a = heart.acquire(rid, f"w{i}", 60)
+        assert a.fence is not None and heart.verify_fence(a.fence)
+        assert hf.guard_irreversible(heart, a.fence, hf.MemoryEffectLedger(), f"fx:{rid}:1", lambda ctx: 1).committed
+        assert _sqlite_state(db, rid)[1][-1] == "effect_committed"
+        assert heart.release(a.fence, "ready") is not None
+
+    # asyncio: four cycles at once on one store, each operation's transaction on a thread.
+    async def go() -> None:
+        astore = hf.AsyncSqliteLeaseStore(db)
+        h = hf.HeartFleet(astore, on_receipt=astore.receipt_sink())
+
+        async def one(i: int, rid: str) -> None:
+            a = await h.acquire_async(rid, f"a{i}", 60)
+            assert a.fence is not None and await h.verify_fence_async(a.fence)
+            g = await hf.guard_irreversible_async(h, a.fence, hf.MemoryEffectLedger(), f"fx:{rid}:2", lambda ctx: 2)
+            assert g.committed
+            assert await h.release_async(a.fence, "ready") is not None
+
+        async with LoopTicker() as loop:
+            await asyncio.wait_for(asyncio.gather(*(one(i, rid) for i, rid in enumerate(runs))), 60)
+        assert loop.ticks > 0
+        astore.close()
+
+    asyncio.run(go())
+    for rid in runs:
+        assert _sqlite_state(db, rid)[1] == cycle + cycle
+    with sqlite3.connect(db) as conn:
+        logged = [json.loads(r[0]) for r in conn.execute("SELECT receipt FROM heart_receipts ORDER BY rowid")]
+    report = hf.verify_receipts(logged, require_chain=True)
+    assert (report.findings, report.chained) == ([], 40)

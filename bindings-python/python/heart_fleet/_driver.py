@@ -161,11 +161,15 @@ def steps(fleet: Fleetlike, op: Any, host: Host | None, held: Held | None = None
     the operation's requests and receipts go to that transaction, settled at the end and
     before the caller's turn; a rollback ends the operation with ``store-unavailable`` (an
     operation that failed already keeps its own error) and takes back what ``counted`` saw."""
+    finished = False
     try:
-        return (yield from _steps(fleet, op, host, held, counted))
+        final = yield from _steps(fleet, op, host, held, counted)
+        finished = True
+        return final
     finally:
-        if held is not None and held.is_open:
-            # Left by an exception or a cancellation: its writes roll back, and their counts.
+        if held is not None and not finished:
+            # Left by an exception or a cancellation: what it wrote since its last settle rolls
+            # back, and so do its counts.
             held.abandon()
             if counted is not None:
                 counted.rolled_back()

@@ -90,15 +90,29 @@ def _message(e: BaseException) -> str:
 
 class HeldTransaction:
     """One operation's requests and the receipts of its writes in one transaction (see the
-    module docs). ``execute`` and ``settle`` are generators for the driving loop's runner."""
+    module docs). ``execute`` and ``settle`` are generators for the driving loop's runner.
 
-    def __init__(self, open_session: Callable[[], Session], app: _native.NativeReceiptAppender, background: Callable[[str], None]) -> None:
+    Each transaction has an appender of its own (``new_appender``: the receipt chain's heads
+    are read from the table inside it), so no two share an append in progress. A receipt that
+    records no write of the operation (guard's effect receipts, which follow the caller's
+    ledger) is inserted at the settle in a transaction of its own; its failure goes to
+    ``report`` (the sink's ``on_error``), as it cannot undo the effect."""
+
+    def __init__(
+        self,
+        open_session: Callable[[], Session],
+        new_appender: Callable[[], _native.NativeReceiptAppender],
+        report: Callable[[BaseException, str], None],
+    ) -> None:
         self._open_session = open_session
         self._session: Session | None = None
-        self._app = app
-        self._background = background
+        self._new_appender = new_appender
+        self._app: _native.NativeReceiptAppender | None = None
+        self._report = report
         #: Receipts of the open transaction, inserted before its next request or its settle.
         self._queued: list[str] = []
+        #: Receipts that record no write of the operation (see above).
+        self._alone: list[str] = []
         #: Why the open transaction must roll back (a receipt insert failed).
         self._doomed: str | None = None
         #: Why a transaction was rolled back since the last settle.
@@ -116,27 +130,30 @@ class HeldTransaction:
             yield from self._roll_back(f"a receipt could not be written: {self._doomed}")
             self._outcome()
         if self._session is None:
-            # Kept before it begins: an operation cancelled while it waits to begin is rolled
-            # back and its connection given back (abandon).
-            self._session = session = self._open_session()
-            try:
-                yield from _call(session.begin)  # gives back what it took when it fails
-            except Exception:
-                self._session = None
-                raise
+            yield from self._begin()
+        assert self._session is not None
         try:
             return (yield from _call(_driver.StoreCall(self._session.answer, timeout), request))
         except Exception as e:
             yield from self._roll_back(f"a request of the operation failed: {_message(e)}")
             raise
 
+    def _begin(self) -> Calls:
+        # Kept before it begins: an operation cancelled while it waits to begin is rolled back
+        # and its connection given back (abandon).
+        self._session = session = self._open_session()
+        if self._app is None:
+            self._app = self._new_appender()
+        try:
+            yield from _call(session.begin)  # gives back what it took when it fails
+        except Exception:
+            self._session = None
+            raise
+
     def receipt(self, receipt: str) -> None:
         """A receipt (JSON text) of the operation: queued for the open transaction, else
-        handed to the sink's own path."""
-        if self._session is None:
-            self._background(receipt)
-        else:
-            self._queued.append(receipt)
+        inserted at the settle (see the class docs)."""
+        (self._alone if self._session is None else self._queued).append(receipt)
 
     def settle(self) -> Calls:
         """Commits the open transaction (or rolls it back); raises ``StoreUnavailableError``
@@ -155,13 +172,34 @@ class HeldTransaction:
                     self._session = None
                     session.release()
         self._outcome()
+        if self._alone:
+            yield from self._insert_alone()
+
+    def _insert_alone(self) -> Calls:
+        """Inserts the receipts that record no write, in a transaction of their own."""
+        receipts, self._alone = self._alone, []
+        try:
+            yield from self._begin()
+            self._queued = receipts
+            yield from self._append_queued()
+            if self._doomed is not None:
+                raise StoreUnavailableError(self._doomed)
+            assert self._session is not None
+            yield from _call(self._session.commit)
+            session, self._session = self._session, None
+            session.release()
+        except Exception as e:
+            yield from self._roll_back("")
+            self._rolled_back = None
+            for r in receipts:
+                self._report(e, r)
 
     def abandon(self) -> None:
         """Rolls back what is open: the operation was left by an exception or a cancellation
         (on an asyncio store in the background; the connection stays the transaction's until
         then)."""
         session, self._session = self._session, None
-        self._queued = []
+        self._queued, self._alone = [], []
         if session is None:
             return
         if inspect.iscoroutinefunction(session.rollback):
@@ -178,16 +216,17 @@ class HeldTransaction:
                 session.rollback()
             finally:
                 session.release()
-        self._app.forget_heads()
+        if self._app is not None:
+            self._app.forget_heads()
 
     def _append_queued(self) -> Calls:
-        session = self._session
+        session, app = self._session, self._app
         queued, self._queued = self._queued, []
-        if session is None or self._doomed is not None:
+        if session is None or app is None or self._doomed is not None:
             return
         for receipt in queued:
             try:
-                yield from appending(self._app, receipt, session.rows)
+                yield from appending(app, receipt, session.rows)
             except Exception as e:  # noqa: BLE001 - the settle rolls back and reports it
                 self._doomed = _message(e)
                 return
@@ -203,7 +242,8 @@ class HeldTransaction:
             self._doomed = None
             self._rolled_back = self._rolled_back or reason
             # The rolled-back receipts may have been heads: read them from the table again.
-            self._app.forget_heads()
+            if self._app is not None:
+                self._app.forget_heads()
 
     def _outcome(self) -> None:
         reason, self._rolled_back = self._rolled_back, None
@@ -238,28 +278,39 @@ class ReceiptSink:
     """An ``on_receipt`` sink appending to ``heart_receipts`` (a store's ``receipt_sink()``).
     Called, it appends right after the write (``append_now``, which takes the receipt's JSON
     text); given to a fleet over ``store``, the fleet holds each operation's writes and their
-    receipts in one transaction on a :class:`Session` from ``open_session``."""
+    receipts in one transaction on a :class:`Session` from ``open_session``, with an appender
+    of its own (``new_appender``); ``report`` hears a receipt that could not be inserted
+    alone."""
 
-    __slots__ = ("store", "app", "append_now", "_open_session")
+    __slots__ = ("store", "append_now", "open_session", "new_appender", "report")
 
     def __init__(
-        self, store: Any, app: _native.NativeReceiptAppender, append_now: Callable[[str], Any], open_session: Callable[[], Session]
+        self,
+        store: Any,
+        append_now: Callable[[str], Any],
+        open_session: Callable[[], Session],
+        new_appender: Callable[[], _native.NativeReceiptAppender],
+        report: Callable[[BaseException, str], None],
     ) -> None:
         self.store = store
-        self.app = app
         self.append_now = append_now
-        self._open_session = open_session
+        self.open_session = open_session
+        self.new_appender = new_appender
+        self.report = report
 
     def __call__(self, receipt: HeartReceipt) -> Any:
         return self.append_now(json.dumps(receipt.to_dict()))
 
     def hold(self) -> HeldTransaction:
-        """A held transaction for one operation (receipts outside one go to ``append_now``;
-        an awaitable it returns runs in the background)."""
+        """A held transaction for one operation."""
+        return HeldTransaction(self.open_session, self.new_appender, self.report)
 
-        def background(receipt: str) -> None:
-            out = self.append_now(receipt)
-            if inspect.isawaitable(out):
-                in_background(out)
 
-        return HeldTransaction(self._open_session, self.app, background)
+def reporter(on_error: Callable[[BaseException, HeartReceipt], None] | None) -> Callable[[BaseException, str], None]:
+    """Hands a receipt (JSON text) that could not be appended to ``on_error``, if any."""
+
+    def report(e: BaseException, receipt: str) -> None:
+        if on_error is not None:
+            on_error(e, HeartReceipt.from_json(json.loads(receipt)))
+
+    return report

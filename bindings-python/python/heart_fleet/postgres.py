@@ -334,10 +334,10 @@ class _MigrationPlan:
         self.migrations: list[tuple[str, str]] = [(n, s) for n, s in plan["migrations"]]
 
 
-def _answer(conn: Any, sql: str, params: Any, prepare: bool | None) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """One statement, in a transaction block of its own unless the connection autocommits:
-    its column names and rows."""
-    if conn.autocommit:
+def _answer(conn: Any, sql: str, params: Any, prepare: bool | None, held: bool = False) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """One statement, in a transaction block of its own unless the connection autocommits
+    or it belongs to a held transaction: its column names and rows."""
+    if conn.autocommit or held:
         cur = conn.execute(sql, params, prepare=prepare)
     else:
         with conn.transaction():
@@ -383,12 +383,11 @@ class _Session:
         request = _check_request(request)
         sql, params = _statement(request)
         prepare = self.store._prepare
-        names, rows = self.store._on(self.conn, "postgres", lambda c: _answer(c, sql, params, prepare))
+        names, rows = self.store._on(self.conn, "postgres", lambda c: _answer(c, sql, params, prepare, held=True))
         return _decode(request, names, rows)
 
     def rows(self, statement: dict[str, Any]) -> list[list[list[Any]]]:
-        sql, params = _core_statement(statement)
-        return _rows(*self.store._on(self.conn, "postgres receipt", lambda c: _answer(c, sql, params, None)))
+        return self.store._statement_rows(self.conn, statement, held=True)
 
     def commit(self) -> None:
         self.store._on(self.conn, "postgres commit", lambda c: _transaction_statement(c, "COMMIT", "commit"))
@@ -396,7 +395,7 @@ class _Session:
     def rollback(self) -> None:
         try:
             if self.conn is not None:
-                _transaction_statement(self.conn, "ROLLBACK", "rollback")
+                self.store._on(self.conn, "postgres rollback", lambda c: _transaction_statement(c, "ROLLBACK", "rollback"))
         except Exception:  # noqa: BLE001,S110 - a lost connection has lost the transaction already
             pass
 
@@ -422,7 +421,7 @@ class _AsyncSession:
         try:
             self.conn = await self.store._live()
             if self.conn.autocommit:
-                await self.store._on(self.conn, "postgres begin", "BEGIN", None, None)
+                await self.store._on(self.conn, "postgres begin", "BEGIN", None, None, held=True)
         except BaseException:
             await self.rollback()
             self.release()
@@ -431,19 +430,18 @@ class _AsyncSession:
     async def answer(self, request: str) -> str:
         request = _check_request(request)
         sql, params = _statement(request)
-        names, rows = await self.store._on(self.conn, "postgres", sql, params, self.store._prepare)
+        names, rows = await self.store._on(self.conn, "postgres", sql, params, self.store._prepare, held=True)
         return _decode(request, names, rows)
 
     async def rows(self, statement: dict[str, Any]) -> list[list[list[Any]]]:
-        sql, params = _core_statement(statement)
-        return _rows(*await self.store._on(self.conn, "postgres receipt", sql, params, None))
+        return await self.store._statement_rows(self.conn, statement, held=True)
 
     async def commit(self) -> None:
         await _driver.committed(self._commit())
 
     async def _commit(self) -> None:
         if self.conn.autocommit:
-            await self.store._on(self.conn, "postgres commit", "COMMIT", None, None)
+            await self.store._on(self.conn, "postgres commit", "COMMIT", None, None, held=True)
         else:
             try:
                 await self.conn.commit()
@@ -455,9 +453,9 @@ class _AsyncSession:
             if self.conn is None:
                 return
             if self.conn.autocommit:
-                await self.conn.execute("ROLLBACK")
+                await self.store._on(self.conn, "postgres rollback", "ROLLBACK", None, None, held=True)
             else:
-                await self.conn.rollback()
+                await asyncio.wait_for(self.conn.rollback(), self.store._timeout_s)
         except Exception:  # noqa: BLE001,S110 - a lost connection has lost the transaction already
             pass
 
@@ -563,19 +561,25 @@ class PsycopgLeaseStore:
         Anywhere else it appends right after the write, and a failure goes to ``on_error``
         (default: ignored), never to the lease operation. A bad key raises here."""
         app = _receipt_table.appender("postgres", signing_keys)
-
-        def run(st: dict[str, Any]) -> list[list[list[Any]]]:
-            sql, params = _core_statement(st)
-            return _rows(*self._run("postgres receipt", lambda conn: _answer(conn, sql, params, None)))
+        keys = list(signing_keys)
+        report = _receipt_table.reporter(on_error)
 
         def append_now(receipt: str) -> None:
             try:
-                _driver.run_sync(_receipt_table.appending(app, receipt, run))
+                with self._lock:  # the whole append: the appender decides on each answer
+                    conn = self._live()
+                    _driver.run_sync(_receipt_table.appending(app, receipt, lambda st: self._statement_rows(conn, st)))
             except Exception as e:  # noqa: BLE001 - reported to on_error only
-                if on_error is not None:
-                    on_error(e, HeartReceipt.from_json(json.loads(receipt)))
+                report(e, receipt)
 
-        return _receipt_table.ReceiptSink(self, app, append_now, lambda: _Session(self))
+        return _receipt_table.ReceiptSink(
+            self, append_now, lambda: _Session(self), lambda: _receipt_table.appender("postgres", keys), report
+        )
+
+    def _statement_rows(self, conn: Any, statement: dict[str, Any], *, held: bool = False) -> list[list[list[Any]]]:
+        """One core statement (a receipt append's) on ``conn``, within the deadline: its rows."""
+        sql, params = _core_statement(statement)
+        return _rows(*self._on(conn, "postgres receipt", lambda c: _answer(c, sql, params, None, held)))
 
     def migrate(self) -> list[tuple[str, bool]]:
         """Applies every migration that ``heart_fleet_migrations`` does not record yet, each in
@@ -672,14 +676,16 @@ class AsyncPsycopgLeaseStore:
             names, rows = await self._on(conn, "postgres", sql, params, self._prepare)
         return _decode(request, names, rows)
 
-    async def _on(self, conn: Any, what: str, sql: str, params: Any, prepare: bool | None) -> tuple[list[str], list[tuple[Any, ...]]]:
+    async def _on(
+        self, conn: Any, what: str, sql: str, params: Any, prepare: bool | None, *, held: bool = False
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """One statement on ``conn`` within the deadline (in a transaction block of its own
-        unless the connection autocommits or a transaction is open): its column names and
-        rows. A driver error, or the deadline passing, is ``StoreUnavailableError``."""
+        unless the connection autocommits or it belongs to a held transaction): its column
+        names and rows. A driver error, or the deadline passing, is ``StoreUnavailableError``."""
         psycopg = _psycopg()
 
         async def run() -> tuple[Any, list[tuple[Any, ...]]]:
-            if conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            if conn.autocommit or held:
                 cur = await conn.execute(sql, params, prepare=prepare)
                 return cur, (await cur.fetchall() if cur.description else [])
             async with conn.transaction():
@@ -719,20 +725,25 @@ class AsyncPsycopgLeaseStore:
         operation's writes and receipts commit in one transaction; anywhere else it appends in
         the background, in order (the fleet schedules it on the running loop)."""
         app = _receipt_table.appender("postgres", signing_keys)
-
-        async def run(st: dict[str, Any]) -> list[list[list[Any]]]:
-            sql, params = _core_statement(st)
-            async with self._turn():  # FIFO: inserts keep the receipts' order
-                return _rows(*await self._on(await self._live(), "postgres receipt", sql, params, None))
+        keys = list(signing_keys)
+        report = _receipt_table.reporter(on_error)
 
         async def append_now(receipt: str) -> None:
             try:
-                await _driver.run_async(_receipt_table.appending(app, receipt, run))
+                async with self._turn():  # the whole append, and FIFO: inserts keep the receipts' order
+                    conn = await self._live()
+                    await _driver.run_async(_receipt_table.appending(app, receipt, lambda st: self._statement_rows(conn, st)))
             except Exception as e:  # noqa: BLE001 - reported to on_error only
-                if on_error is not None:
-                    on_error(e, HeartReceipt.from_json(json.loads(receipt)))
+                report(e, receipt)
 
-        return _receipt_table.ReceiptSink(self, app, append_now, lambda: _AsyncSession(self))
+        return _receipt_table.ReceiptSink(
+            self, append_now, lambda: _AsyncSession(self), lambda: _receipt_table.appender("postgres", keys), report
+        )
+
+    async def _statement_rows(self, conn: Any, statement: dict[str, Any], *, held: bool = False) -> list[list[list[Any]]]:
+        """One core statement (a receipt append's) on ``conn``, within the deadline: its rows."""
+        sql, params = _core_statement(statement)
+        return _rows(*await self._on(conn, "postgres receipt", sql, params, None, held=held))
 
     async def migrate(self) -> list[tuple[str, bool]]:
         """:meth:`PsycopgLeaseStore.migrate`, awaited."""

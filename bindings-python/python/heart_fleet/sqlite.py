@@ -451,19 +451,19 @@ class SqliteLeaseStore:
         appends right after the write, and a failure goes to ``on_error`` (default: ignored),
         never to the lease operation. A bad key raises here."""
         app = _receipt_table.appender("sqlite", signing_keys)
-
-        def run(st: dict[str, Any]) -> list[list[list[Any]]]:
-            with self._lock:
-                return self._rows(st)
+        keys = list(signing_keys)
+        report = _receipt_table.reporter(on_error)
 
         def append_now(receipt: str) -> None:
             try:
-                _driver.run_sync(_receipt_table.appending(app, receipt, run))
+                with self._lock:  # the whole append: the appender decides on each answer
+                    _driver.run_sync(_receipt_table.appending(app, receipt, self._rows))
             except Exception as e:  # noqa: BLE001 - reported to on_error only
-                if on_error is not None:
-                    on_error(e, HeartReceipt.from_json(json.loads(receipt)))
+                report(e, receipt)
 
-        return _receipt_table.ReceiptSink(self, app, append_now, lambda: _Session(self))
+        return _receipt_table.ReceiptSink(
+            self, append_now, lambda: _Session(self), lambda: _receipt_table.appender("sqlite", keys), report
+        )
 
     def execute(self, request: dict[str, Any]) -> dict[str, Any]:
         """The store contract: a StoreRequest (dict) -> its StoreAnswer (dict)."""
@@ -514,9 +514,15 @@ class AsyncSqliteLeaseStore:
         self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None, *, signing_keys: Sequence[str] = ()
     ) -> _receipt_table.ReceiptSink:
         """:meth:`SqliteLeaseStore.receipt_sink`; a fleet over this store holds each
-        operation's writes and receipts in one transaction, on a thread of its own."""
+        operation's writes and receipts in one transaction, on a thread of its own. Called
+        directly it returns an awaitable (the append, on a worker thread)."""
         sync = self.sync.receipt_sink(on_error, signing_keys=signing_keys)
-        return _receipt_table.ReceiptSink(self, sync.app, sync.append_now, lambda: _ThreadSession(self.sync))
+
+        async def append_now(receipt: str) -> None:
+            # On a thread: the store's lock may be a held transaction's, on a thread of its own.
+            await asyncio.to_thread(sync.append_now, receipt)
+
+        return _receipt_table.ReceiptSink(self, append_now, lambda: _ThreadSession(self.sync), sync.new_appender, sync.report)
 
     def close(self) -> None:
         """Closes the connection."""
