@@ -113,6 +113,9 @@ async function appendReceipt(appender, receipt, query) {
   }
 }
 
+/** The listener that keeps a held connection's 'error' event from ending the process. */
+const IGNORE = () => {};
+
 /** Resolves to `MISSED` after `ms` (and `clear()` stops the timer). */
 function timeout(ms) {
   let timer;
@@ -201,6 +204,10 @@ class HeldTransaction {
   async _begin() {
     this.conn = await this._connection();
     this.dropped = false;
+    // A connection that dies while this transaction holds it (between two statements, say)
+    // fails the next statement; unheard, its 'error' event would end the process (the pool
+    // listens only to its idle connections).
+    if (this.store._pooled) this.conn.on('error', IGNORE);
     this.appender ??= native.NativeReceiptAppender.create('postgres', this.table.signingKeys);
     try {
       await this._query({ text: 'BEGIN' });
@@ -215,6 +222,7 @@ class HeldTransaction {
     const conn = this.conn;
     this.conn = null;
     if (this.store._pooled) {
+      conn.removeListener('error', IGNORE);
       if (!this.dropped) conn.release(error);
     } else {
       this.store._clientHeld = null;

@@ -532,6 +532,29 @@ routeTest('a lost connection fails no one: the pool replaces it, the next reques
   assert.equal((await row(route, id)).status, 'completed');
 });
 
+routeTest('a held transaction whose connection dies between two statements fails its operation, not the process', async (route) => {
+  const conn = new URL(route.db.storeUrl);
+  conn.searchParams.set('application_name', 'heart-held-lost');
+  const store = route.newStore({ connectionString: conn.href, max: 1 });
+  const sink = store.receiptSink();
+  const id = await seedRun(route);
+  // One held transaction driven by hand: its first request opens it and keeps the connection.
+  const held = store._holdFor(sink);
+  await held.execute(JSON.stringify({ op: 'read_run', run_id: id }));
+  assert.equal(held.open, true);
+  const backends = "FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'heart-held-lost'";
+  const killed = await route.admin.query(`SELECT count(pg_terminate_backend(pid))::int AS n ${backends}`);
+  assert.equal(killed.rows[0].n, 1);
+  for (let i = 0; i < 50 && (await route.admin.query(`SELECT 1 ${backends}`)).rowCount > 0; i += 1) await new Promise((r) => setTimeout(r, 20));
+  // The connection's error has arrived while the transaction held it: the process lives on.
+  await new Promise((r) => setTimeout(r, 50));
+  await assert.rejects(held.settle(), (e) => e instanceof HeartFleetError && e.code === 'store-unavailable' && /rolled back/.test(e.message));
+  // The pool replaces the connection: a fleet over the store goes on.
+  const fleet = new HeartFleet({ store, onReceipt: sink });
+  assert.equal((await fleet.acquire(id, 'w', 60)).acquired, true);
+  assert.deepEqual(await receiptEvents(route, id), ['acquired']);
+});
+
 routeTest('PgLeaseStore options: unknown names and bad values are TypeErrors; the route store is in its mode', async (route) => {
   const pool = route.pool();
   assert.throws(() => new PgLeaseStore({ pool, queryTimeout: 5 }), (e) => e instanceof TypeError && e.code === 'invalid-input' && /queryTimeout/.test(e.message));

@@ -41,6 +41,11 @@ pub trait LeaseStore {
     fn settle(&mut self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    /// The operation was cut short (a component instance trapped, say): a store that holds
+    /// writes rolls back what it holds, and nothing is reported (the operation has failed
+    /// already). Nothing to do by default.
+    fn abandon(&mut self) {}
 }
 
 impl<S: LeaseStore + ?Sized> LeaseStore for &mut S {
@@ -54,6 +59,10 @@ impl<S: LeaseStore + ?Sized> LeaseStore for &mut S {
 
     fn settle(&mut self) -> Result<(), StoreError> {
         (**self).settle()
+    }
+
+    fn abandon(&mut self) {
+        (**self).abandon();
     }
 }
 

@@ -253,6 +253,10 @@ impl<S: LeaseStore> LeaseStore for Counted<S> {
     fn settle(&mut self) -> Result<(), StoreError> {
         self.inner.settle()
     }
+
+    fn abandon(&mut self) {
+        self.inner.abandon();
+    }
 }
 
 /// Not shipped: `PgStore` with `Client::query_typed` (Parse, Bind, Describe, Execute, Sync in

@@ -72,7 +72,7 @@ impl Held {
 
     /// A receipt could not be inserted inside the open transaction: it will roll back at the
     /// settle. `false` when no transaction is open (the receipt records no held write, so it
-    /// is lost alone; none of the core's operations emits one so).
+    /// is lost alone: guard's effect receipts, which follow the host's ledger, not a write).
     pub fn doom(&mut self, reason: &str) -> bool {
         if self.open {
             self.doomed.get_or_insert_with(|| reason.to_owned());
@@ -98,6 +98,15 @@ impl Held {
             Some(reason) => Err(StoreError(reason)),
             None => Ok(()),
         }
+    }
+
+    /// The operation was cut short: the open transaction rolls back, and nothing is left
+    /// for the next settle to report.
+    pub fn abandon(&mut self, conn: &mut dyn TxConn) {
+        if self.open {
+            self.roll_back(conn, String::new());
+        }
+        self.rolled_back = None;
     }
 
     fn roll_back(&mut self, conn: &mut dyn TxConn, reason: String) {
@@ -170,5 +179,17 @@ mod tests {
         assert!(held.settle(&mut conn).unwrap_err().0.contains("lost"));
         assert_eq!(conn.0, ["begin", "rollback", "begin", "commit", "rollback", "begin", "rollback"]);
         assert_eq!(held.rollbacks, 3);
+    }
+
+    #[test]
+    fn an_abandoned_transaction_rolls_back_and_the_next_settle_reports_nothing() {
+        let (mut held, mut conn) = (Held { enabled: true, ..Held::default() }, Calls::default());
+        held.enter(&mut conn, true).unwrap();
+        held.abandon(&mut conn);
+        assert!(!held.is_open());
+        held.settle(&mut conn).unwrap();
+        held.abandon(&mut conn);
+        assert_eq!(conn.0, ["begin", "rollback"]);
+        assert_eq!(held.rollbacks, 1, "the sink re-reads its chain heads");
     }
 }

@@ -325,6 +325,13 @@ impl LeaseStore for AnyStore {
             AnyStore::Postgres(s) => s.settle(),
         }
     }
+
+    fn abandon(&mut self) {
+        match self {
+            AnyStore::Sqlite(s) => s.abandon(),
+            AnyStore::Postgres(s) => s.abandon(),
+        }
+    }
 }
 
 /// The held transaction of a store ([`held`]), for its receipts-table sink.

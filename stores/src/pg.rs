@@ -679,6 +679,11 @@ impl LeaseStore for PgStore {
         let mut conn = self.conn();
         self.held().settle(&mut *conn)
     }
+
+    fn abandon(&mut self) {
+        let mut conn = self.conn();
+        self.held().abandon(&mut *conn);
+    }
 }
 
 #[cfg(test)]

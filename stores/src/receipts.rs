@@ -6,10 +6,11 @@
 //! ([`crate::held`]): the sink makes its store hold each operation's writes open until the
 //! operation settles, and inserts the receipts inside. A process killed before the commit
 //! leaves neither; a receipt that cannot be inserted rolls its write back and fails the
-//! operation (every receipt of the core's operations records a write: even a verify touches
-//! the run's `updated_at`). A receipt emitted while no write is held is inserted on its own;
-//! when that fails, only the receipt is lost, and it is kept in [`TableSinkHealth`] for the
-//! host to report.
+//! operation (a receipt of a lease or recovery step records a write: even a verify touches
+//! the run's `updated_at`). A receipt emitted while no write is held (guard's
+//! `effect_committed` / `effect_deduped`, which follow the host's ledger after the settle) is
+//! inserted on its own; when that fails, only the receipt is lost, and it is kept in
+//! [`TableSinkHealth`] for the host to report.
 //!
 //! Every receipt goes at the next position of its run's chain ([`heart_fleet_core::chain`]):
 //! the sink keeps the head of each run it wrote to, and when another process appended in

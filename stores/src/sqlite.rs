@@ -252,4 +252,9 @@ impl LeaseStore for SqliteStore {
         let conn = self.connection();
         self.held().settle(&mut SqliteTx(&conn))
     }
+
+    fn abandon(&mut self) {
+        let conn = self.connection();
+        self.held().abandon(&mut SqliteTx(&conn));
+    }
 }

@@ -165,4 +165,8 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     fn settle(&mut self) -> Result<(), StoreError> {
         self.inner.settle()
     }
+
+    fn abandon(&mut self) {
+        self.inner.abandon();
+    }
 }

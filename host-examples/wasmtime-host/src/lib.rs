@@ -470,6 +470,8 @@ impl<S: LeaseStore + 'static> ComponentFleet<S> {
     /// cannot enter any instance again, and dropping it frees the instance's memory); the
     /// Rust store moves on to a fresh one. Counters continue from the last synced values.
     fn discard(&mut self) {
+        // The trapped call's writes never got their receipts: a store holding them rolls back.
+        self.store.data_mut().lease.abandon();
         self.live = None;
         let engine = &self.engine;
         // Moves the Rust store into a fresh wasmtime store; dropping the old one frees the
