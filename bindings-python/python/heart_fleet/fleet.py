@@ -3,7 +3,6 @@ every operation (``acquire`` / ``acquire_async``, ...)."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 from collections.abc import Callable
