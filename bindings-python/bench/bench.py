@@ -10,6 +10,11 @@
 
     python bench/bench.py            # about 1 s per row
     python bench/bench.py --seconds 0.3
+    python bench/bench.py --native-cycle ../target/release/examples/cycle_profile
+
+``--native-cycle`` also times the same cycle in the native core (the example
+``core/examples/cycle_profile``, built with ``cargo build --release -p heart-fleet-core
+--example cycle_profile``) in the same run, as a subprocess, and prints each cycle's ratio to it.
 
 Prints a Markdown table (for the root BENCHMARKS.md).
 """
@@ -23,6 +28,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from typing import Any, Callable
@@ -78,6 +84,20 @@ def async_cycle(heart: hf.HeartFleet, run_id: str) -> Callable[[int], None]:
     return lambda n: loop.run_until_complete(cycles(n))
 
 
+def native_cycle(binary: str, seconds: float) -> tuple[float, float]:
+    """(median, min) microseconds per cycle of the native core: 5 runs of the example, each
+    timed from outside (its start-up is a millisecond against ~0.1 s of cycles)."""
+    n = max(10_000, int(seconds / 5 / 2e-6))
+    samples = []
+    for _ in range(5):
+        t = time.perf_counter()
+        out = subprocess.run([binary, str(n)], check=True, capture_output=True, text=True).stdout
+        samples.append((time.perf_counter() - t) / n * 1e6)
+        if out.split()[0] != str(n):
+            raise SystemExit(f"{binary}: {out.strip()} (expected {n} cycles)")
+    return statistics.median(samples), min(samples)
+
+
 def bare(heart: hf.HeartFleet, run_id: str) -> Callable[[int], None]:
     nf = heart._native
     acquire = json.dumps({"runId": run_id, "owner": "worker-A", "ttlSeconds": 60})
@@ -124,9 +144,12 @@ def values() -> dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=float, default=1.0)
+    p.add_argument("--native-cycle", metavar="BIN", help="the core's cycle_profile example, timed in the same run")
     args = p.parse_args()
     s = args.seconds
     rows: list[tuple[str, float, float]] = []
+    if args.native_cycle:
+        rows.append(("cycle, the native core (cycle_profile, same run)", *native_cycle(args.native_cycle, s)))
 
     heart, rid = fleet(hf.MemoryLeaseStore(T0))
     rows.append(("cycle, MemoryLeaseStore (Rust), blocking API", *measure(sync_cycle(heart, rid), s)))
@@ -153,10 +176,12 @@ def main() -> None:
 
     print(f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     print()
-    print("| task | median µs/op | min µs/op | ops/s (median) |")
-    print("|---|---:|---:|---:|")
+    native = rows[0][1] if args.native_cycle else None
+    print("| task | median µs/op | min µs/op | ops/s (median) | cycle ÷ native cycle |")
+    print("|---|---:|---:|---:|---:|")
     for name, med, mn in rows:
-        print(f"| {name} | {med:.2f} | {mn:.2f} | {1e6 / med:,.0f} |")
+        ratio = f"{med / native:.1f}×" if native and name.startswith("cycle") else ""
+        print(f"| {name} | {med:.2f} | {mn:.2f} | {1e6 / med:,.0f} | {ratio} |")
     sys.stdout.flush()
 
 

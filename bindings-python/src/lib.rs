@@ -20,12 +20,17 @@
 //! (`heart_fleet.errors.error_for_code`); nothing here panics. Every class is `Send + Sync`
 //! (a mutex around the bridge value), so a heartbeat thread may use a fleet.
 
+mod records;
+
 use std::sync::{Mutex, MutexGuard};
 
-use heart_fleet_core::bridge;
+use heart_fleet_core::bridge::{self, TypedOutcome};
 use heart_fleet_core::{ErrorCode, HeartError};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt, PyString};
+
+use records::{AcquireResult, FencedOutcome, FencingToken, HeartReceipt, RunRow};
 
 /// A core error as the Python exception of its code.
 fn py_err(e: HeartError) -> PyErr {
@@ -83,6 +88,74 @@ impl NativeFleet {
         }
     }
 
+    /// `acquire` on the attached memory store with plain arguments (two `str`s without a lone
+    /// surrogate, an `int` that fits 64 bits): the `AcquireResult`, after handing the receipts
+    /// for the sink to `deliver` (a list). `None` without a memory store or for any other argument: the package's checked path
+    /// (`begin`) then answers, so what bad input gives is decided in one place.
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        run_id: &Bound<'_, PyAny>,
+        owner: &Bound<'_, PyAny>,
+        ttl_seconds: &Bound<'_, PyAny>,
+        deliver: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<AcquireResult>> {
+        let (Some(run_id), Some(owner), Some(ttl)) = (plain_text(run_id), plain_text(owner), plain_int(ttl_seconds))
+        else {
+            return Ok(None);
+        };
+        let outcome = locked(&self.inner)?.acquire_typed(run_id, owner, ttl);
+        typed(py, outcome, deliver, |r| AcquireResult::from_core(py, r))
+    }
+
+    /// `try_renew` on the attached memory store: the `FencedOutcome`, or `None` as
+    /// for [`NativeFleet::acquire`] (a fence that is not a plain `FencingToken` included).
+    fn renew(
+        &self,
+        py: Python<'_>,
+        fence: &Bound<'_, PyAny>,
+        ttl_seconds: &Bound<'_, PyAny>,
+        deliver: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<FencedOutcome>> {
+        let (Some(fence), Some(ttl)) = (plain_token(fence), plain_int(ttl_seconds)) else { return Ok(None) };
+        let outcome = locked(&self.inner)?.renew_typed(&fence, ttl);
+        typed(py, outcome, deliver, |f| {
+            FencedOutcome::from_core(py, f, |t| Ok(Py::new(py, FencingToken::from_core(py, t)?)?.into_any()))
+        })
+    }
+
+    /// `try_release` on the attached memory store: the `FencedOutcome`, or `None` as
+    /// for [`NativeFleet::renew`] (a next status that is not one of the four included).
+    fn release(
+        &self,
+        py: Python<'_>,
+        fence: &Bound<'_, PyAny>,
+        next_status: &Bound<'_, PyAny>,
+        deliver: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<FencedOutcome>> {
+        let (Some(fence), Some(to)) = (plain_token(fence), plain_text(next_status)) else { return Ok(None) };
+        if heart_fleet_core::ops::ReleaseTo::parse(to).is_err() {
+            return Ok(None);
+        }
+        let outcome = locked(&self.inner)?.release_typed(&fence, to);
+        typed(py, outcome, deliver, |f| {
+            FencedOutcome::from_core(py, f, |r| Ok(Py::new(py, RunRow::from_core(py, r)?)?.into_any()))
+        })
+    }
+
+    /// `verify_fence` on the attached memory store: whether the token is live, or `None` as for
+    /// [`NativeFleet::renew`].
+    fn verify_fence(
+        &self,
+        py: Python<'_>,
+        fence: &Bound<'_, PyAny>,
+        deliver: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<bool>> {
+        let Some(fence) = plain_token(fence) else { return Ok(None) };
+        let outcome = locked(&self.inner)?.verify_fence_typed(&fence);
+        typed(py, outcome, deliver, |live| Ok(*live))
+    }
+
     /// The 13 counters, in the reference's order.
     fn metrics(&self) -> PyResult<Vec<u64>> {
         let m = locked(&self.inner)?.metrics();
@@ -132,6 +205,41 @@ impl NativeFleet {
     fn receipt_count(&self) -> PyResult<usize> {
         Ok(locked(&self.inner)?.receipt_count())
     }
+}
+
+/// A `str` without a lone surrogate, as the core takes it.
+fn plain_text<'a>(v: &'a Bound<'_, PyAny>) -> Option<&'a str> {
+    v.cast::<PyString>().ok()?.to_str().ok()
+}
+
+/// An `int` (not a `bool`) that fits 64 bits.
+fn plain_int(v: &Bound<'_, PyAny>) -> Option<i64> {
+    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+        return None;
+    }
+    v.extract().ok()
+}
+
+/// A [`FencingToken`] whose fields are plain values, as the core's token.
+fn plain_token(v: &Bound<'_, PyAny>) -> Option<heart_fleet_core::FencingToken> {
+    v.cast::<FencingToken>().ok()?.get().to_core(v.py())
+}
+
+/// A typed outcome for Python: `None` without a memory store; else the receipts handed to
+/// `deliver` (a list, when there are any), then the error raised as its exception or the
+/// converted result.
+fn typed<T, R>(
+    py: Python<'_>,
+    outcome: Option<TypedOutcome<T>>,
+    deliver: &Bound<'_, PyAny>,
+    convert: impl FnOnce(&T) -> PyResult<R>,
+) -> PyResult<Option<R>> {
+    let Some((result, receipts)) = outcome else { return Ok(None) };
+    if !receipts.is_empty() {
+        let records = receipts.iter().map(|r| HeartReceipt::from_core(py, r)).collect::<Vec<_>>();
+        deliver.call1((records,))?;
+    }
+    Ok(Some(convert(&result.map_err(py_err)?)?))
 }
 
 /// One operation waiting for Python. Resume it with the answer to its current need; every
@@ -523,6 +631,7 @@ impl NativeReceiptAppender {
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    records::add(m)?;
     m.add_class::<NativeFleet>()?;
     m.add_class::<NativeOp>()?;
     m.add_class::<NativeMemoryStore>()?;

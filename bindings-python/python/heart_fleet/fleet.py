@@ -110,6 +110,7 @@ class HeartFleet:
         "_async_store",
         "_on_receipt",
         "_holds_receipts",
+        "_memory",
         "_store_timeout",
         "max_retries",
         "__weakref__",
@@ -140,7 +141,9 @@ class HeartFleet:
         method = getattr(store, "execute_json" if self._text_store else "execute", None)
         self._async_store = inspect.iscoroutinefunction(method)
         self._native = _native.NativeFleet(max_retries, on_receipt is not None)
-        if isinstance(store, MemoryLeaseStore):
+        # On the Rust memory store the lease cycle runs inside Rust and answers typed values.
+        self._memory = isinstance(store, MemoryLeaseStore)
+        if self._memory:
             self._native.attach_memory_store(store._native)
 
     @property
@@ -166,12 +169,15 @@ class HeartFleet:
         return [HeartReceipt.from_json(r) for r in json.loads(self._native.receipts_json())]
 
     def _deliver(self, receipts: list[dict[str, Any]]) -> None:
+        self._deliver_records([HeartReceipt.from_json(r) for r in receipts])
+
+    def _deliver_records(self, receipts: list[HeartReceipt]) -> None:
         sink = self._on_receipt
         if sink is None:
             return
         for r in receipts:
             try:
-                out = sink(HeartReceipt.from_json(r))
+                out = sink(r)
                 if inspect.isawaitable(out):
                     _schedule(out)
             except Exception:  # noqa: BLE001,S110 - the reference swallows sink errors
@@ -220,11 +226,15 @@ class HeartFleet:
         ``code="invalid-input"``; a value of the wrong type raises ``InvalidTypeError``. A
         store failure raises ``StoreUnavailableError``.
         """
+        if self._memory and (done := self._native.acquire(run_id, owner, ttl_seconds, self._deliver_records)) is not None:
+            return done
         plan = self._acquire(run_id, owner, ttl_seconds)
         return _INVALID_ACQUIRE if plan is None else self._run(plan)
 
     async def acquire_async(self, run_id: str, owner: str, ttl_seconds: int) -> AcquireResult:
         """:meth:`acquire`, awaiting the store."""
+        if self._memory and (done := self._native.acquire(run_id, owner, ttl_seconds, self._deliver_records)) is not None:
+            return done
         plan = self._acquire(run_id, owner, ttl_seconds)
         return _INVALID_ACQUIRE if plan is None else await self._run_async(plan)
 
@@ -238,10 +248,14 @@ class HeartFleet:
 
     def try_renew(self, fence: FencingToken, ttl_seconds: int) -> FencedOutcome:
         """Renews the lease: ``FencedOutcome("ok", value=<new token>)`` or ``("rejected", cause=...)``."""
+        if self._memory and (done := self._native.renew(fence, ttl_seconds, self._deliver_records)) is not None:
+            return done
         return self._run(self._renew(fence, ttl_seconds))  # type: ignore[no-any-return]
 
     async def try_renew_async(self, fence: FencingToken, ttl_seconds: int) -> FencedOutcome:
         """:meth:`try_renew`, awaiting the store."""
+        if self._memory and (done := self._native.renew(fence, ttl_seconds, self._deliver_records)) is not None:
+            return done
         return await self._run_async(self._renew(fence, ttl_seconds))  # type: ignore[no-any-return]
 
     def renew(self, fence: FencingToken, ttl_seconds: int) -> FencingToken | None:
@@ -260,10 +274,14 @@ class HeartFleet:
 
     def try_release(self, fence: FencingToken, next_status: str = "completed") -> FencedOutcome:
         """Releases the lease: ``FencedOutcome("ok", value=<row>)`` or ``("rejected", cause=...)``."""
+        if self._memory and (done := self._native.release(fence, next_status, self._deliver_records)) is not None:
+            return done
         return self._run(self._release(fence, next_status))  # type: ignore[no-any-return]
 
     async def try_release_async(self, fence: FencingToken, next_status: str = "completed") -> FencedOutcome:
         """:meth:`try_release`, awaiting the store."""
+        if self._memory and (done := self._native.release(fence, next_status, self._deliver_records)) is not None:
+            return done
         return await self._run_async(self._release(fence, next_status))  # type: ignore[no-any-return]
 
     def release(self, fence: FencingToken, next_status: str = "completed") -> RunRow | None:
@@ -282,10 +300,14 @@ class HeartFleet:
 
     def verify_fence(self, fence: FencingToken) -> bool:
         """Whether the token holds a live lease (one conditional write)."""
+        if self._memory and (live := self._native.verify_fence(fence, self._deliver_records)) is not None:
+            return live
         return self._run(self._verify(fence))  # type: ignore[no-any-return]
 
     async def verify_fence_async(self, fence: FencingToken) -> bool:
         """:meth:`verify_fence`, awaiting the store."""
+        if self._memory and (live := self._native.verify_fence(fence, self._deliver_records)) is not None:
+            return live
         return await self._run_async(self._verify(fence))  # type: ignore[no-any-return]
 
     # -- recovery --------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Typed results: frozen dataclasses with the reference's field names in snake_case.
+"""Typed results with the reference's field names in snake_case: the lease cycle's values
+are classes of the native module (built in Rust, immutable), the others frozen dataclasses.
 
 Each class converts from the JSON the core produces (``from_json``) and back to the
 reference's JSON shape (``to_dict``: camelCase keys for results, tokens, receipts and
@@ -9,9 +10,12 @@ stored or handed to a runtime in another language unchanged.
 from __future__ import annotations
 
 import dataclasses
+from abc import ABCMeta
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Mapping, TypeVar
+
+from . import _native
 
 __all__ = [
     "Record",
@@ -53,8 +57,14 @@ def _camel(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
-class Record:
-    """Shared JSON conversion of the result classes."""
+class Record(metaclass=ABCMeta):
+    """Shared JSON conversion of the result classes.
+
+    The lease cycle's values (:class:`FencingToken`, :class:`RunRow`, :class:`HeartReceipt`,
+    :class:`AcquireResult`, :class:`FencedOutcome`) are classes of the native module, built
+    in Rust with the same fields, ``to_dict`` and ``from_json``; they are registered here, so
+    ``isinstance(x, Record)`` holds for every result.
+    """
 
     __slots__ = ()
 
@@ -63,7 +73,7 @@ class Record:
     #: Fields left out of ``to_dict`` when they are ``None`` (the core omits them too).
     _optional: ClassVar[frozenset[str]] = frozenset()
     #: Nested record fields: field name -> (class, is_list).
-    _nested: ClassVar[dict[str, tuple[type[Record], bool]]] = {}
+    _nested: ClassVar[dict[str, tuple[type[Any], bool]]] = {}
     _keys: ClassVar[tuple[tuple[str, str], ...]]
 
     @classmethod
@@ -115,44 +125,17 @@ class Record:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class FencingToken(Record):
-    """A fencing token: proof of a lease (``runId``, ``owner``, ``leaseExpiresAt``, ``epoch``).
-
-    A token without ``epoch`` (minted by an old node) is checked by the three-field equality.
-    """
-
-    run_id: str
-    owner: str
-    lease_expires_at: str
-    epoch: int | None = None
-    _optional: ClassVar[frozenset[str]] = frozenset({"epoch"})
 
 
-@dataclass(frozen=True, slots=True)
-class RunRow(Record):
-    """An ``agent_runs`` row (timestamps as ``toISOString()`` text)."""
 
-    id: str
-    task_id: str | None
-    assignment_id: str
-    objective: str
-    required_capabilities: list[str]
-    status: str
-    assigned_agent: str | None
-    lease_owner: str | None
-    lease_expires_at: str | None
-    retries: int
-    budget: Any
-    approval_state: str
-    visibility: str
-    idempotency_key: str
-    created_by: str
-    created_at: str
-    updated_at: str
-    fencing_epoch: int
-    _camel_keys: ClassVar[bool] = False
-
+FencingToken = _native.FencingToken
+RunRow = _native.RunRow
+HeartReceipt = _native.HeartReceipt
+AcquireResult = _native.AcquireResult
+FencedOutcome = _native.FencedOutcome
+for _native_record in (FencingToken, RunRow, HeartReceipt, AcquireResult, FencedOutcome):
+    Record.register(_native_record)
+del _native_record
 
 @dataclass(frozen=True, slots=True)
 class IntentRow(Record):
@@ -201,19 +184,6 @@ class InstanceRow(Record):
     _camel_keys: ClassVar[bool] = False
 
 
-@dataclass(frozen=True, slots=True)
-class HeartReceipt(Record):
-    """A tamper-evident receipt (``schemaVersion`` ``zao.heart.receipt.v1``)."""
-
-    schema_version: str
-    event: str
-    run_id: str
-    owner: str
-    lease_expires_at: str | None
-    effect_key: str | None
-    at: str
-    digest: str
-
 
 @dataclass(frozen=True, slots=True)
 class Metrics(Record):
@@ -234,35 +204,6 @@ class Metrics(Record):
     effect_dedupes: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class AcquireResult(Record):
-    """``acquire``'s result: ``acquired``, the ``run``, the ``fence`` on success, else ``reason`` and ``code``."""
-
-    acquired: bool
-    run: RunRow | None
-    fence: FencingToken | None = None
-    reason: str | None = None
-    code: str | None = None
-    _optional: ClassVar[frozenset[str]] = frozenset({"fence", "reason", "code"})
-    _nested: ClassVar[dict[str, tuple[type[Record], bool]]] = {"run": (RunRow, False), "fence": (FencingToken, False)}
-
-
-@dataclass(frozen=True, slots=True)
-class FencedOutcome(Record):
-    """A fenced write's outcome: ``outcome`` ``ok`` with the ``value`` (a token or a row), or
-    ``rejected`` with the ``cause`` (superseded, expired, released, not-found) and ``code``
-    ``fence-rejected``."""
-
-    outcome: str
-    value: Any = None
-    cause: str | None = None
-    code: str | None = None
-    _optional: ClassVar[frozenset[str]] = frozenset({"value", "cause", "code"})
-
-    @property
-    def ok(self) -> bool:
-        """Whether the write went through."""
-        return self.outcome == "ok"
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +222,7 @@ class ReclaimResult(Record):
     reclaimed_ids: list[str]
     quarantined_ids: list[str]
     errors: list[RunError]
-    _nested: ClassVar[dict[str, tuple[type[Record], bool]]] = {"errors": (RunError, True)}
+    _nested: ClassVar[dict[str, tuple[type[Any], bool]]] = {"errors": (RunError, True)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +243,7 @@ class ReconcileResult(Record):
     abandoned: int
     left: int
     errors: list[EffectError]
-    _nested: ClassVar[dict[str, tuple[type[Record], bool]]] = {"errors": (EffectError, True)}
+    _nested: ClassVar[dict[str, tuple[type[Any], bool]]] = {"errors": (EffectError, True)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +255,7 @@ class LivenessResult(Record):
     reclaimed_ids: list[str]
     quarantined_ids: list[str]
     errors: list[RunError]
-    _nested: ClassVar[dict[str, tuple[type[Record], bool]]] = {"errors": (RunError, True)}
+    _nested: ClassVar[dict[str, tuple[type[Any], bool]]] = {"errors": (RunError, True)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +322,7 @@ class EnsuredRun(Record):
 
     run: RunRow
     created: bool
-    _nested: ClassVar[dict[str, tuple[type[Record], bool]]] = {"run": (RunRow, False)}
+    _nested: ClassVar[dict[str, tuple[type[Any], bool]]] = {"run": (RunRow, False)}
 
 
 @dataclass(frozen=True, slots=True)

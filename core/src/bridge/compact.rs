@@ -295,24 +295,31 @@ pub fn token_of(
     Ok(FencingToken { run_id, owner, lease_expires_at, epoch })
 }
 
+/// A lease-cycle operation's outcome on the attached memory store, typed: its result (or
+/// error) and the receipts handed to the host's sink with it (none when the fleet keeps them).
+pub type TypedOutcome<T> = (Result<T, HeartError>, Vec<HeartReceipt>);
+
 impl BridgeFleet {
-    /// Runs one lease-cycle operation on the attached memory store and writes its answer:
-    /// compact when it can be, else the final step's JSON text. `None` without a memory store.
-    fn compact<T: Serialize>(
+    /// Runs one lease-cycle operation on the attached memory store: its typed outcome, or
+    /// `None` without a memory store.
+    fn typed<T>(
         &self,
         run: impl FnOnce(&mut crate::MemoryStore, &mut super::op::Shared) -> Result<T, HeartError>,
-        encode: Encode<T>,
-    ) -> Option<String> {
+    ) -> Option<TypedOutcome<T>> {
         let memory = self.memory.as_ref()?;
         let Ok(mut shared) = self.shared.lock() else {
-            return Some(step_json(&Step::Done(Err(poisoned())), Vec::new()));
+            return Some((Err(poisoned()), Vec::new()));
         };
         let result = match memory.inner.lock() {
             Ok(mut store) => run(&mut store, &mut shared),
             Err(_) => Err(poisoned()),
         };
-        let pending = shared.take_pending();
-        drop(shared);
+        Some((result, shared.take_pending()))
+    }
+
+    /// Writes a typed outcome as a compact answer when it has one, else as the final step's JSON text.
+    fn compact<T: Serialize>(outcome: Option<TypedOutcome<T>>, encode: Encode<T>) -> Option<String> {
+        let (result, pending) = outcome?;
         if let Ok(value) = &result
             && let Some(text) = compact_answer(value, encode, &pending)
         {
@@ -321,40 +328,53 @@ impl BridgeFleet {
         Some(step_json(&Step::Done(result.map(|v| super::to_text(&v))), pending))
     }
 
+    /// `acquire` on the attached memory store, typed (`None` without one). Bad input keeps
+    /// the reference's `Invalid input` result, as [`BridgeFleet::begin`] gives it.
+    pub fn acquire_typed(&self, run_id: &str, owner: &str, ttl_seconds: i64) -> Option<TypedOutcome<AcquireResult>> {
+        self.typed(|store, shared| {
+            let machine = ops::acquire(shared.config, run_id, owner, ttl_seconds);
+            drive(machine, store, &mut shared.recorder, &mut NoHost)
+        })
+    }
+
+    /// `renew` on the attached memory store, typed.
+    pub fn renew_typed(&self, fence: &FencingToken, ttl_seconds: i64) -> Option<TypedOutcome<Fenced<FencingToken>>> {
+        self.typed(|store, shared| drive(ops::renew(fence, ttl_seconds), store, &mut shared.recorder, &mut NoHost))
+    }
+
+    /// `release` on the attached memory store, typed. A next status that is not one of
+    /// `completed`, `failed`, `cancelled`, `ready` is `invalid-input`.
+    pub fn release_typed(&self, fence: &FencingToken, next_status: &str) -> Option<TypedOutcome<Fenced<RunRow>>> {
+        self.typed(|store, shared| {
+            let to = ReleaseTo::parse(next_status)?;
+            ops::lease::release_on(fence, to, store, &mut shared.recorder)
+        })
+    }
+
+    /// `verifyFence` on the attached memory store, typed.
+    pub fn verify_fence_typed(&self, fence: &FencingToken) -> Option<TypedOutcome<bool>> {
+        self.typed(|store, shared| ops::lease::verify_fence_on(fence, store, &mut shared.recorder))
+    }
+
     /// `acquire` on the attached memory store, answered compactly (the format: the module docs of `bridge::compact`).
     pub fn acquire_compact(&self, run_id: &str, owner: &str, ttl_seconds: i64) -> Option<String> {
-        self.compact(
-            |store, shared| {
-                let machine = ops::acquire(shared.config, run_id, owner, ttl_seconds);
-                drive(machine, store, &mut shared.recorder, &mut NoHost)
-            },
-            acquired,
-        )
+        Self::compact(self.acquire_typed(run_id, owner, ttl_seconds), acquired)
     }
 
     /// `renew` on the attached memory store, answered compactly.
     pub fn renew_compact(&self, fence: &FencingToken, ttl_seconds: i64) -> Option<String> {
-        self.compact(
-            |store, shared| drive(ops::renew(fence, ttl_seconds), store, &mut shared.recorder, &mut NoHost),
-            renewed,
-        )
+        Self::compact(self.renew_typed(fence, ttl_seconds), renewed)
     }
 
     /// `release` on the attached memory store, answered compactly. A next status that is not
     /// one of `completed`, `failed`, `cancelled`, `ready` is `invalid-input`.
     pub fn release_compact(&self, fence: &FencingToken, next_status: &str) -> Option<String> {
-        self.compact(
-            |store, shared| {
-                let to = ReleaseTo::parse(next_status)?;
-                ops::lease::release_on(fence, to, store, &mut shared.recorder)
-            },
-            released,
-        )
+        Self::compact(self.release_typed(fence, next_status), released)
     }
 
     /// `verifyFence` on the attached memory store, answered compactly.
     pub fn verify_fence_compact(&self, fence: &FencingToken) -> Option<String> {
-        self.compact(|store, shared| ops::lease::verify_fence_on(fence, store, &mut shared.recorder), verified)
+        Self::compact(self.verify_fence_typed(fence), verified)
     }
 }
 
