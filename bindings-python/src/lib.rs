@@ -22,6 +22,7 @@
 
 mod records;
 
+use std::borrow::Cow;
 use std::sync::{Mutex, MutexGuard};
 
 use heart_fleet_core::bridge::{self, TypedOutcome};
@@ -30,7 +31,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString};
 
-use records::{AcquireResult, FencedOutcome, FencingToken, HeartReceipt, RunRow};
+use records::{AcquireResult, FencedCore, FencedOutcome, FencingToken, HeartReceipt};
 
 /// A core error as the Python exception of its code.
 fn py_err(e: HeartError) -> PyErr {
@@ -105,7 +106,7 @@ impl NativeFleet {
             return Ok(None);
         };
         let outcome = locked(&self.inner)?.acquire_typed(run_id, owner, ttl);
-        typed(py, outcome, deliver, |r| AcquireResult::from_core(py, r))
+        typed(outcome, deliver, |r| AcquireResult::from_core(py, r))
     }
 
     /// `try_renew` on the attached memory store: the `FencedOutcome`, or `None` as
@@ -119,9 +120,7 @@ impl NativeFleet {
     ) -> PyResult<Option<FencedOutcome>> {
         let (Some(fence), Some(ttl)) = (plain_token(fence), plain_int(ttl_seconds)) else { return Ok(None) };
         let outcome = locked(&self.inner)?.renew_typed(&fence, ttl);
-        typed(py, outcome, deliver, |f| {
-            FencedOutcome::from_core(py, f, |t| Ok(Py::new(py, FencingToken::from_core(py, t)?)?.into_any()))
-        })
+        typed(outcome, deliver, |f| FencedOutcome::from_core(py, FencedCore::Token(f)))
     }
 
     /// `try_release` on the attached memory store: the `FencedOutcome`, or `None` as
@@ -138,22 +137,15 @@ impl NativeFleet {
             return Ok(None);
         }
         let outcome = locked(&self.inner)?.release_typed(&fence, to);
-        typed(py, outcome, deliver, |f| {
-            FencedOutcome::from_core(py, f, |r| Ok(Py::new(py, RunRow::from_core(py, r)?)?.into_any()))
-        })
+        typed(outcome, deliver, |f| FencedOutcome::from_core(py, FencedCore::Row(f)))
     }
 
     /// `verify_fence` on the attached memory store: whether the token is live, or `None` as for
     /// [`NativeFleet::renew`].
-    fn verify_fence(
-        &self,
-        py: Python<'_>,
-        fence: &Bound<'_, PyAny>,
-        deliver: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<bool>> {
+    fn verify_fence(&self, fence: &Bound<'_, PyAny>, deliver: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
         let Some(fence) = plain_token(fence) else { return Ok(None) };
         let outcome = locked(&self.inner)?.verify_fence_typed(&fence);
-        typed(py, outcome, deliver, |live| Ok(*live))
+        typed(outcome, deliver, Ok)
     }
 
     /// The 13 counters, in the reference's order.
@@ -220,8 +212,9 @@ fn plain_int(v: &Bound<'_, PyAny>) -> Option<i64> {
     v.extract().ok()
 }
 
-/// A [`FencingToken`] whose fields are plain values, as the core's token.
-fn plain_token(v: &Bound<'_, PyAny>) -> Option<heart_fleet_core::FencingToken> {
+/// A [`FencingToken`] whose fields are plain values, as the core's token (borrowed when the
+/// record was made from one).
+fn plain_token<'a>(v: &'a Bound<'_, PyAny>) -> Option<Cow<'a, heart_fleet_core::FencingToken>> {
     v.cast::<FencingToken>().ok()?.get().to_core(v.py())
 }
 
@@ -229,17 +222,16 @@ fn plain_token(v: &Bound<'_, PyAny>) -> Option<heart_fleet_core::FencingToken> {
 /// `deliver` (a list, when there are any), then the error raised as its exception or the
 /// converted result.
 fn typed<T, R>(
-    py: Python<'_>,
     outcome: Option<TypedOutcome<T>>,
     deliver: &Bound<'_, PyAny>,
-    convert: impl FnOnce(&T) -> PyResult<R>,
+    convert: impl FnOnce(T) -> PyResult<R>,
 ) -> PyResult<Option<R>> {
     let Some((result, receipts)) = outcome else { return Ok(None) };
     if !receipts.is_empty() {
-        let records = receipts.iter().map(|r| HeartReceipt::from_core(py, r)).collect::<Vec<_>>();
+        let records = receipts.into_iter().map(HeartReceipt::from_core).collect::<Vec<_>>();
         deliver.call1((records,))?;
     }
-    Ok(Some(convert(&result.map_err(py_err)?)?))
+    Ok(Some(convert(result.map_err(py_err)?)?))
 }
 
 /// One operation waiting for Python. Resume it with the answer to its current need; every

@@ -7,21 +7,24 @@
 //! value, a `repr` naming every field, `to_dict()` in the reference's JSON shape (camelCase
 //! keys for tokens, receipts and results, the table's snake_case column names for rows; an
 //! optional field left out when it is `None`), `from_json(mapping)` back from that shape,
-//! pickling and `copy`. The lease cycle on the Rust memory store builds them straight from
-//! the core's values (`from_core`), with no JSON in between; every other path builds them
-//! with `from_json` from the core's JSON.
+//! pickling and `copy`.
 //!
-//! A record keeps its fields as Python objects in field order, so the methods above are
-//! written once ([`Spec`]) for all five; a class's own code is its field list and the
-//! conversion from the core's type.
+//! A record made in Python (its constructor, `from_json`) keeps the values it was given. The
+//! lease cycle on the Rust memory store makes its records from the core's values instead
+//! (`from_core`, no JSON in between) and builds each field's Python object the first time it
+//! is read, then keeps it ([`Fields`]): a sink that only counts receipts, or a caller that
+//! reads a result's token and not its row, pays for no string it does not read. The methods
+//! above are written once, over a class's field list ([`Spec`]) and its `build` of one field
+//! from the core's value.
 
 use heart_fleet_core::HeartReceipt as CoreReceipt;
 use heart_fleet_core::ops::{AcquireResult as CoreAcquire, Fenced};
-use heart_fleet_core::{FencingToken as CoreToken, RunRow as CoreRow};
-use pyo3::exceptions::PyTypeError;
+use heart_fleet_core::{ErrorCode, FencingToken as CoreToken, RunRow as CoreRow};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString, PyTuple, PyType};
 use serde_json::Value;
+use std::borrow::Cow;
+use std::sync::OnceLock;
 
 /// One field: its Python name, its key in the JSON shape, and whether it is optional
 /// (defaults to `None` and is left out of `to_dict` when `None`).
@@ -34,50 +37,6 @@ struct Spec {
 }
 
 impl Spec {
-    /// Binds constructor arguments to the fields, as a dataclass's `__init__` would.
-    fn bind(&self, args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<Py<PyAny>>> {
-        let py = args.py();
-        let n = self.fields.len();
-        if args.len() > n {
-            return Err(PyTypeError::new_err(format!(
-                "{}() takes {n} positional arguments but {} were given",
-                self.class,
-                args.len()
-            )));
-        }
-        let mut values: Vec<Option<Py<PyAny>>> = args.iter().map(|a| Some(a.unbind())).collect();
-        values.resize_with(n, || None);
-        if let Some(kwargs) = kwargs {
-            for (k, v) in kwargs.iter() {
-                let key = k.cast::<PyString>()?.to_str()?.to_owned();
-                let Some(i) = self.fields.iter().position(|f| f.0 == key) else {
-                    return Err(PyTypeError::new_err(format!(
-                        "{}() got an unexpected keyword argument '{key}'",
-                        self.class
-                    )));
-                };
-                if values[i].is_some() {
-                    return Err(PyTypeError::new_err(format!(
-                        "{}() got multiple values for argument '{key}'",
-                        self.class
-                    )));
-                }
-                values[i] = Some(v.unbind());
-            }
-        }
-        let mut out = Vec::with_capacity(n);
-        for (v, (name, _, optional)) in values.into_iter().zip(self.fields) {
-            match v {
-                Some(v) => out.push(v),
-                None if *optional => out.push(py.None()),
-                None => {
-                    return Err(PyTypeError::new_err(format!("{}() missing required argument: '{name}'", self.class)));
-                }
-            }
-        }
-        Ok(out)
-    }
-
     /// The fields of `data` (a mapping in the JSON shape); a missing key is `None`.
     fn read(
         &self,
@@ -129,6 +88,54 @@ impl Spec {
     }
 }
 
+/// A record's field values: given by Python (all set), or built from the core's value `C`,
+/// each the first time it is read and kept from then on (so a field is one object, as a
+/// dataclass's is).
+struct Fields<C, const N: usize> {
+    core: Option<C>,
+    cells: [OnceLock<Py<PyAny>>; N],
+}
+
+/// Builds field `i` of a record from the core's value.
+type Build<C> = fn(&C, usize, Python<'_>) -> PyResult<Py<PyAny>>;
+
+impl<C, const N: usize> Fields<C, N> {
+    /// `values` holds one value per field (the constructor and `Spec::read` make it so).
+    fn given(values: Vec<Py<PyAny>>) -> Fields<C, N> {
+        let mut values = values.into_iter();
+        Fields { core: None, cells: std::array::from_fn(|_| values.next().map_or_else(OnceLock::new, OnceLock::from)) }
+    }
+
+    fn of_core(core: C) -> Fields<C, N> {
+        Fields { core: Some(core), cells: std::array::from_fn(|_| OnceLock::new()) }
+    }
+
+    fn get(&self, py: Python<'_>, i: usize, build: Build<C>) -> PyResult<Py<PyAny>> {
+        if let Some(v) = self.cells[i].get() {
+            return Ok(v.clone_ref(py));
+        }
+        // Every cell of a record given by Python is set, so an empty one has a core value.
+        let Some(core) = &self.core else { return Ok(py.None()) };
+        let v = build(core, i, py)?;
+        Ok(self.cells[i].get_or_init(|| v).clone_ref(py))
+    }
+
+    /// Sets field `i` to an object made with the record (a nested record moved out of `core`).
+    fn preset(&self, i: usize, v: Py<PyAny>) {
+        let _ = self.cells[i].set(v);
+    }
+
+    fn all(&self, py: Python<'_>, build: Build<C>) -> PyResult<Vec<Py<PyAny>>> {
+        (0..N).map(|i| self.get(py, i, build)).collect()
+    }
+
+    /// A field as `&str`, when it is one (without building it from the core's value).
+    fn given_text(&self, py: Python<'_>, i: usize) -> Option<String> {
+        let v = self.cells[i].get()?.bind(py);
+        v.cast::<PyString>().ok()?.to_str().ok().map(str::to_owned)
+    }
+}
+
 /// A nested record as its dict (`to_dict`), anything else as it is.
 fn nested_dict<'py>(v: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     if let Ok(r) = v.cast::<RunRow>() {
@@ -140,15 +147,28 @@ fn nested_dict<'py>(v: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     Ok(v.clone())
 }
 
-/// Generates the shared methods of a record class over its `values` and `SPEC`.
+/// Generates the shared methods of a record class from its `SPEC`, its `fields` and its
+/// `build`.
 macro_rules! record_methods {
-    ($ty:ident { $($getter:ident = $index:literal),* $(,)? } $($extra:tt)*) => {
+    ($ty:ident { $($getter:ident = $index:literal $(= $default:ident)?),* $(,)? } $($extra:tt)*) => {
+        impl $ty {
+            fn values(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+                self.fields.all(py, $ty::build)
+            }
+
+            fn from_mapping(data: &Bound<'_, PyAny>) -> PyResult<$ty> {
+                Ok($ty { fields: Fields::given($ty::SPEC.read(data, <$ty as Nested>::nested)?) })
+            }
+        }
+
         #[pymethods]
         impl $ty {
+            /// The record from its fields, in order or by name (the optional ones default to `None`).
             #[new]
-            #[pyo3(signature = (*args, **kwargs))]
-            fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<$ty> {
-                Ok($ty { values: $ty::SPEC.bind(args, kwargs)? })
+            #[allow(clippy::too_many_arguments, reason = "one argument per field, as the dataclass's")]
+            #[pyo3(signature = ($($getter $(= $default)?),*))]
+            fn new(py: Python<'_>, $($getter: Option<Bound<'_, PyAny>>),*) -> $ty {
+                $ty { fields: Fields::given(vec![$($getter.map_or_else(|| py.None(), Bound::unbind)),*]) }
             }
 
             /// The record from a mapping in its JSON shape (a missing key is `None`).
@@ -159,27 +179,27 @@ macro_rules! record_methods {
 
             /// The reference's JSON shape of this value (nested records converted too).
             fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-                $ty::SPEC.to_dict(py, &self.values)
+                $ty::SPEC.to_dict(py, &self.values(py)?)
             }
 
             fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-                $ty::SPEC.repr(py, &self.values)
+                $ty::SPEC.repr(py, &self.values(py)?)
             }
 
             fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
                 let Ok(other) = other.cast::<$ty>() else {
                     return Ok(py.NotImplemented());
                 };
-                let equal = Spec::tuple(py, &self.values)?.eq(Spec::tuple(py, &other.get().values)?)?;
+                let equal = Spec::tuple(py, &self.values(py)?)?.eq(Spec::tuple(py, &other.get().values(py)?)?)?;
                 Ok(PyBool::new(py, equal).to_owned().into_any().unbind())
             }
 
             fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
-                Spec::tuple(py, &self.values)?.hash()
+                Spec::tuple(py, &self.values(py)?)?.hash()
             }
 
             fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyType>, Bound<'py, PyTuple>)> {
-                Ok((slf.get_type(), Spec::tuple(slf.py(), &slf.get().values)?))
+                Ok((slf.get_type(), Spec::tuple(slf.py(), &slf.get().values(slf.py())?)?))
             }
 
             #[classattr]
@@ -189,8 +209,8 @@ macro_rules! record_methods {
 
             $(
                 #[getter]
-                fn $getter(&self, py: Python<'_>) -> Py<PyAny> {
-                    self.values[$index].clone_ref(py)
+                fn $getter(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+                    self.fields.get(py, $index, $ty::build)
                 }
             )*
 
@@ -198,6 +218,19 @@ macro_rules! record_methods {
         }
     };
 }
+
+/// How a record reads the value of field `i` from a mapping: as it is, unless the field
+/// holds a nested record.
+trait Nested {
+    fn nested(_i: usize, v: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        Ok(v.unbind())
+    }
+}
+
+impl Nested for FencingToken {}
+impl Nested for RunRow {}
+impl Nested for HeartReceipt {}
+impl Nested for FencedOutcome {}
 
 fn text(py: Python<'_>, v: &str) -> Py<PyAny> {
     PyString::new(py, v).into_any().unbind()
@@ -247,7 +280,7 @@ fn json_value(py: Python<'_>, v: &Value) -> PyResult<Py<PyAny>> {
 /// without `epoch` (minted by an old node) is checked by the three-field equality.
 #[pyclass(module = "heart_fleet", frozen)]
 pub struct FencingToken {
-    values: Vec<Py<PyAny>>,
+    fields: Fields<CoreToken, 4>,
 }
 
 impl FencingToken {
@@ -261,30 +294,27 @@ impl FencingToken {
         ],
     };
 
-    fn from_mapping(data: &Bound<'_, PyAny>) -> PyResult<FencingToken> {
-        Ok(FencingToken { values: Self::SPEC.read(data, |_, v| Ok(v.unbind()))? })
+    pub(crate) fn from_core(t: CoreToken) -> FencingToken {
+        FencingToken { fields: Fields::of_core(t) }
     }
 
-    pub(crate) fn from_core(py: Python<'_>, t: &CoreToken) -> PyResult<FencingToken> {
-        Ok(FencingToken {
-            values: vec![
-                text(py, &t.run_id),
-                text(py, &t.owner),
-                text(py, &t.lease_expires_at.to_iso()),
-                opt_int(py, t.epoch)?,
-            ],
+    fn build(t: &CoreToken, i: usize, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match i {
+            0 => text(py, &t.run_id),
+            1 => text(py, &t.owner),
+            2 => text(py, &t.lease_expires_at.to_iso()),
+            _ => opt_int(py, t.epoch)?,
         })
     }
 
     /// The core's token, when every field is a plain value of its type (`None` otherwise:
     /// the caller's checked path then names what is wrong). A lone surrogate, an epoch that
     /// is a bool or out of range, or an expiry that is not an ISO-8601 instant is not plain.
-    pub(crate) fn to_core(&self, py: Python<'_>) -> Option<CoreToken> {
-        let s = |i: usize| -> Option<String> {
-            let v = self.values[i].bind(py);
-            v.cast::<PyString>().ok()?.to_str().ok().map(str::to_owned)
-        };
-        let epoch = self.values[3].bind(py);
+    pub(crate) fn to_core(&self, py: Python<'_>) -> Option<Cow<'_, CoreToken>> {
+        if let Some(core) = &self.fields.core {
+            return Some(Cow::Borrowed(core));
+        }
+        let epoch = self.fields.cells[3].get()?.bind(py);
         let epoch = if epoch.is_none() {
             None
         } else if epoch.is_instance_of::<PyBool>() {
@@ -292,17 +322,20 @@ impl FencingToken {
         } else {
             Some(epoch.extract::<i64>().ok()?)
         };
-        let expires = s(2)?;
-        heart_fleet_core::bridge::token_of(s(0)?, s(1)?, &expires, epoch).ok()
+        let f = &self.fields;
+        let expires = f.given_text(py, 2)?;
+        heart_fleet_core::bridge::token_of(f.given_text(py, 0)?, f.given_text(py, 1)?, &expires, epoch)
+            .ok()
+            .map(Cow::Owned)
     }
 }
 
-record_methods!(FencingToken { run_id = 0, owner = 1, lease_expires_at = 2, epoch = 3 });
+record_methods!(FencingToken { run_id = 0, owner = 1, lease_expires_at = 2, epoch = 3 = None });
 
 /// An `agent_runs` row (timestamps as `toISOString()` text).
 #[pyclass(module = "heart_fleet", frozen)]
 pub struct RunRow {
-    values: Vec<Py<PyAny>>,
+    fields: Fields<CoreRow, 18>,
 }
 
 impl RunRow {
@@ -330,34 +363,30 @@ impl RunRow {
         ],
     };
 
-    fn from_mapping(data: &Bound<'_, PyAny>) -> PyResult<RunRow> {
-        Ok(RunRow { values: Self::SPEC.read(data, |_, v| Ok(v.unbind()))? })
+    pub(crate) fn from_core(r: CoreRow) -> RunRow {
+        RunRow { fields: Fields::of_core(r) }
     }
 
-    pub(crate) fn from_core(py: Python<'_>, r: &CoreRow) -> PyResult<RunRow> {
-        let capabilities = PyList::new(py, &r.required_capabilities)?.into_any().unbind();
-        let expires = r.lease_expires_at.map(|t| t.to_iso());
-        Ok(RunRow {
-            values: vec![
-                text(py, &r.id),
-                opt_text(py, r.task_id.as_deref()),
-                text(py, &r.assignment_id),
-                text(py, &r.objective),
-                capabilities,
-                text(py, r.status.as_str()),
-                opt_text(py, r.assigned_agent.as_deref()),
-                opt_text(py, r.lease_owner.as_deref()),
-                opt_text(py, expires.as_deref()),
-                int(py, r.retries)?,
-                r.budget.as_ref().map_or_else(|| Ok(py.None()), |b| json_value(py, b))?,
-                text(py, &r.approval_state),
-                text(py, &r.visibility),
-                text(py, &r.idempotency_key),
-                text(py, &r.created_by),
-                text(py, &r.created_at.to_iso()),
-                text(py, &r.updated_at.to_iso()),
-                int(py, r.fencing_epoch)?,
-            ],
+    fn build(r: &CoreRow, i: usize, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match i {
+            0 => text(py, &r.id),
+            1 => opt_text(py, r.task_id.as_deref()),
+            2 => text(py, &r.assignment_id),
+            3 => text(py, &r.objective),
+            4 => PyList::new(py, &r.required_capabilities)?.into_any().unbind(),
+            5 => text(py, r.status.as_str()),
+            6 => opt_text(py, r.assigned_agent.as_deref()),
+            7 => opt_text(py, r.lease_owner.as_deref()),
+            8 => opt_text(py, r.lease_expires_at.map(|t| t.to_iso()).as_deref()),
+            9 => int(py, r.retries)?,
+            10 => r.budget.as_ref().map_or_else(|| Ok(py.None()), |b| json_value(py, b))?,
+            11 => text(py, &r.approval_state),
+            12 => text(py, &r.visibility),
+            13 => text(py, &r.idempotency_key),
+            14 => text(py, &r.created_by),
+            15 => text(py, &r.created_at.to_iso()),
+            16 => text(py, &r.updated_at.to_iso()),
+            _ => int(py, r.fencing_epoch)?,
         })
     }
 }
@@ -386,7 +415,7 @@ record_methods!(RunRow {
 /// A tamper-evident receipt (`schemaVersion` `zao.heart.receipt.v1`).
 #[pyclass(module = "heart_fleet", frozen)]
 pub struct HeartReceipt {
-    values: Vec<Py<PyAny>>,
+    fields: Fields<CoreReceipt, 8>,
 }
 
 impl HeartReceipt {
@@ -404,23 +433,21 @@ impl HeartReceipt {
         ],
     };
 
-    fn from_mapping(data: &Bound<'_, PyAny>) -> PyResult<HeartReceipt> {
-        Ok(HeartReceipt { values: Self::SPEC.read(data, |_, v| Ok(v.unbind()))? })
+    pub(crate) fn from_core(r: CoreReceipt) -> HeartReceipt {
+        HeartReceipt { fields: Fields::of_core(r) }
     }
 
-    pub(crate) fn from_core(py: Python<'_>, r: &CoreReceipt) -> HeartReceipt {
-        HeartReceipt {
-            values: vec![
-                text(py, &r.schema_version),
-                text(py, r.event.as_str()),
-                text(py, &r.run_id),
-                text(py, &r.owner),
-                opt_text(py, r.lease_expires_at.as_deref()),
-                opt_text(py, r.effect_key.as_deref()),
-                text(py, &r.at),
-                text(py, &r.digest),
-            ],
-        }
+    fn build(r: &CoreReceipt, i: usize, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match i {
+            0 => text(py, &r.schema_version),
+            1 => text(py, r.event.as_str()),
+            2 => text(py, &r.run_id),
+            3 => text(py, &r.owner),
+            4 => opt_text(py, r.lease_expires_at.as_deref()),
+            5 => opt_text(py, r.effect_key.as_deref()),
+            6 => text(py, &r.at),
+            _ => text(py, &r.digest),
+        })
     }
 }
 
@@ -438,7 +465,7 @@ record_methods!(HeartReceipt {
 /// `acquire`'s result: `acquired`, the `run`, the `fence` on success, else `reason` and `code`.
 #[pyclass(module = "heart_fleet", frozen)]
 pub struct AcquireResult {
-    values: Vec<Py<PyAny>>,
+    fields: Fields<CoreAcquire, 5>,
 }
 
 impl AcquireResult {
@@ -453,44 +480,72 @@ impl AcquireResult {
         ],
     };
 
-    fn from_mapping(data: &Bound<'_, PyAny>) -> PyResult<AcquireResult> {
-        let values = Self::SPEC.read(data, |i, v| match i {
-            1 => Ok(Py::new(v.py(), RunRow::from_mapping(&v)?)?.into_any()),
-            2 => Ok(Py::new(v.py(), FencingToken::from_mapping(&v)?)?.into_any()),
-            _ => Ok(v.unbind()),
-        })?;
-        Ok(AcquireResult { values })
+    /// The result with its run and token moved into records of their own (most callers
+    /// read the token, so it is made now rather than copied later).
+    pub(crate) fn from_core(py: Python<'_>, mut r: CoreAcquire) -> PyResult<AcquireResult> {
+        let (run, fence) = (r.run.take(), r.fence.take());
+        let fields = Fields::of_core(r);
+        let run = match run {
+            Some(row) => Py::new(py, RunRow::from_core(row))?.into_any(),
+            None => py.None(),
+        };
+        let fence = match fence {
+            Some(t) => Py::new(py, FencingToken::from_core(t))?.into_any(),
+            None => py.None(),
+        };
+        fields.preset(1, run);
+        fields.preset(2, fence);
+        Ok(AcquireResult { fields })
     }
 
-    pub(crate) fn from_core(py: Python<'_>, r: &CoreAcquire) -> PyResult<AcquireResult> {
-        let run = match &r.run {
-            Some(row) => Py::new(py, RunRow::from_core(py, row)?)?.into_any(),
-            None => py.None(),
-        };
-        let fence = match &r.fence {
-            Some(t) => Py::new(py, FencingToken::from_core(py, t)?)?.into_any(),
-            None => py.None(),
-        };
-        Ok(AcquireResult {
-            values: vec![
-                PyBool::new(py, r.acquired).to_owned().into_any().unbind(),
-                run,
-                fence,
-                opt_text(py, r.reason.as_deref()),
-                opt_text(py, r.code.map(|c| c.as_str())),
-            ],
+    fn build(r: &CoreAcquire, i: usize, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match i {
+            0 => PyBool::new(py, r.acquired).to_owned().into_any().unbind(),
+            // The run and the token were moved into their own records (`from_core`).
+            1 | 2 => py.None(),
+            3 => opt_text(py, r.reason.as_deref()),
+            _ => opt_text(py, r.code.map(|c| c.as_str())),
         })
     }
 }
 
-record_methods!(AcquireResult { acquired = 0, run = 1, fence = 2, reason = 3, code = 4 });
+record_methods!(AcquireResult { acquired = 0, run = 1, fence = 2 = None, reason = 3 = None, code = 4 = None });
+
+impl Nested for AcquireResult {
+    /// The run and the token of a mapping as records.
+    fn nested(i: usize, v: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        match i {
+            1 => Ok(Py::new(v.py(), RunRow::from_mapping(&v)?)?.into_any()),
+            2 => Ok(Py::new(v.py(), FencingToken::from_mapping(&v)?)?.into_any()),
+            _ => Ok(v.unbind()),
+        }
+    }
+}
+
+/// The core's outcome of a fenced write: renew's (a token) or release's (a row); once its
+/// value is moved into a record of its own, `Ok`.
+#[allow(clippy::large_enum_variant, reason = "held once by its record, never moved in bulk")]
+pub(crate) enum FencedCore {
+    Token(Fenced<CoreToken>),
+    Row(Fenced<CoreRow>),
+    Ok,
+}
+
+impl FencedCore {
+    fn cause(&self) -> Option<heart_fleet_core::ops::LostCause> {
+        match self {
+            FencedCore::Token(Fenced::Rejected { cause }) | FencedCore::Row(Fenced::Rejected { cause }) => Some(*cause),
+            _ => None,
+        }
+    }
+}
 
 /// A fenced write's outcome: `outcome` `ok` with the `value` (a token or a row), or
 /// `rejected` with the `cause` (superseded, expired, released, not-found) and `code`
 /// `fence-rejected`.
 #[pyclass(module = "heart_fleet", frozen)]
 pub struct FencedOutcome {
-    values: Vec<Py<PyAny>>,
+    fields: Fields<FencedCore, 4>,
 }
 
 impl FencedOutcome {
@@ -504,36 +559,48 @@ impl FencedOutcome {
         ],
     };
 
-    fn from_mapping(data: &Bound<'_, PyAny>) -> PyResult<FencedOutcome> {
-        Ok(FencedOutcome { values: Self::SPEC.read(data, |_, v| Ok(v.unbind()))? })
+    /// The outcome with its value moved into a record of its own.
+    pub(crate) fn from_core(py: Python<'_>, f: FencedCore) -> PyResult<FencedOutcome> {
+        let (core, value) = match f {
+            FencedCore::Token(Fenced::Ok { value }) => {
+                (FencedCore::Ok, Some(Py::new(py, FencingToken::from_core(value))?.into_any()))
+            }
+            FencedCore::Row(Fenced::Ok { value }) => {
+                (FencedCore::Ok, Some(Py::new(py, RunRow::from_core(value))?.into_any()))
+            }
+            rejected => (rejected, None),
+        };
+        let fields = Fields::of_core(core);
+        fields.preset(1, value.unwrap_or_else(|| py.None()));
+        Ok(FencedOutcome { fields })
     }
 
-    /// The outcome of a fenced write whose value `convert` builds.
-    pub(crate) fn from_core<T>(
-        py: Python<'_>,
-        f: &Fenced<T>,
-        convert: impl FnOnce(&T) -> PyResult<Py<PyAny>>,
-    ) -> PyResult<FencedOutcome> {
-        let values = match f {
-            Fenced::Ok { value } => vec![text(py, "ok"), convert(value)?, py.None(), py.None()],
-            Fenced::Rejected { cause } => {
-                vec![
-                    text(py, "rejected"),
-                    py.None(),
-                    text(py, cause.as_str()),
-                    text(py, heart_fleet_core::ErrorCode::FenceRejected.as_str()),
-                ]
-            }
+    fn build(f: &FencedCore, i: usize, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let cause = match f {
+            FencedCore::Token(Fenced::Rejected { cause }) | FencedCore::Row(Fenced::Rejected { cause }) => Some(*cause),
+            _ => None,
         };
-        Ok(FencedOutcome { values })
+        Ok(match (i, f) {
+            (0, _) => text(py, if cause.is_some() { "rejected" } else { "ok" }),
+            (1, FencedCore::Token(Fenced::Ok { value })) => {
+                Py::new(py, FencingToken::from_core(value.clone()))?.into_any()
+            }
+            (1, FencedCore::Row(Fenced::Ok { value })) => Py::new(py, RunRow::from_core(value.clone()))?.into_any(),
+            (2, _) => opt_text(py, cause.map(|c| c.as_str())),
+            (3, _) => opt_text(py, cause.map(|_| ErrorCode::FenceRejected.as_str())),
+            _ => py.None(),
+        })
     }
 }
 
-record_methods!(FencedOutcome { outcome = 0, value = 1, cause = 2, code = 3 }
+record_methods!(FencedOutcome { outcome = 0, value = 1 = None, cause = 2 = None, code = 3 = None }
     /// Whether the write went through.
     #[getter]
     fn ok(&self, py: Python<'_>) -> PyResult<bool> {
-        self.values[0].bind(py).eq("ok")
+        match &self.fields.core {
+            Some(core) => Ok(core.cause().is_none()),
+            None => self.fields.get(py, 0, FencedOutcome::build)?.bind(py).eq("ok"),
+        }
     }
 );
 

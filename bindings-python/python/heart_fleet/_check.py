@@ -114,7 +114,7 @@ def fence(name: str, v: object) -> dict[str, Any]:
     """A fencing token (a :class:`FencingToken`, or a mapping with the reference's camelCase
     keys or snake_case keys) as the core's JSON object."""
     if isinstance(v, FencingToken):
-        return v.to_dict()
+        v = v.to_dict()  # its fields are whatever it was made with: checked as a mapping's
     if not isinstance(v, Mapping):
         type_error(f"{name} must be a FencingToken, got {describe(v)}")
     out: dict[str, Any] = {}

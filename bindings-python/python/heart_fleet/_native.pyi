@@ -5,13 +5,47 @@ built in Rust (the package exports them); everything else crosses as JSON text.
 """
 
 from collections.abc import Callable, Mapping
-from typing import Any, Self
+from typing import Any, Self, final
 
+__all__ = [
+    "FencingToken",
+    "RunRow",
+    "HeartReceipt",
+    "AcquireResult",
+    "FencedOutcome",
+    "NativeFleet",
+    "NativeOp",
+    "NativeMemoryStore",
+    "NativeLeaseSession",
+    "NativeReceiptAppender",
+    "heartbeat_interval",
+    "release_status",
+    "scenario_config",
+    "native_replay",
+    "store_request",
+    "contract",
+    "unstorable_evidence",
+    "sql_render",
+    "sql_decode",
+    "sql_migration_plan",
+    "sql_receipt_insert",
+    "canonicalize_json",
+    "digest_json",
+    "canonical_sha256_json",
+    "sha256_hex",
+    "deterministic_resource_id",
+    "effect_key_json",
+    "verify_receipt_json",
+    "verify_receipts_json",
+    "error_codes",
+]
+
+@final
 class FencingToken:
     """A fencing token: proof of a lease (``runId``, ``owner``, ``leaseExpiresAt``, ``epoch``)."""
 
     __match_args__ = ("run_id", "owner", "lease_expires_at", "epoch")
-    def __init__(self, run_id: str, owner: str, lease_expires_at: str, epoch: int | None = None) -> None: ...
+    def __new__(cls, run_id: str, owner: str, lease_expires_at: str, epoch: int | None = None) -> Self: ...
     @property
     def run_id(self) -> str: ...
     @property
@@ -25,11 +59,32 @@ class FencingToken:
     def to_dict(self) -> dict[str, Any]: ...
     def __hash__(self) -> int: ...
 
+@final
 class RunRow:
     """An ``agent_runs`` row (timestamps as ``toISOString()`` text)."""
 
-    def __init__(
-        self,
+    __match_args__ = (
+        "id",
+        "task_id",
+        "assignment_id",
+        "objective",
+        "required_capabilities",
+        "status",
+        "assigned_agent",
+        "lease_owner",
+        "lease_expires_at",
+        "retries",
+        "budget",
+        "approval_state",
+        "visibility",
+        "idempotency_key",
+        "created_by",
+        "created_at",
+        "updated_at",
+        "fencing_epoch",
+    )
+
+    def __new__(cls,
         id: str,
         task_id: str | None,
         assignment_id: str,
@@ -48,7 +103,7 @@ class RunRow:
         created_at: str,
         updated_at: str,
         fencing_epoch: int,
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def id(self) -> str: ...
     @property
@@ -90,11 +145,13 @@ class RunRow:
     def to_dict(self) -> dict[str, Any]: ...
     def __hash__(self) -> int: ...
 
+@final
 class HeartReceipt:
     """A tamper-evident receipt (``schemaVersion`` ``zao.heart.receipt.v1``)."""
 
-    def __init__(
-        self,
+    __match_args__ = ("schema_version", "event", "run_id", "owner", "lease_expires_at", "effect_key", "at", "digest")
+
+    def __new__(cls,
         schema_version: str,
         event: str,
         run_id: str,
@@ -103,7 +160,7 @@ class HeartReceipt:
         effect_key: str | None,
         at: str,
         digest: str,
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def schema_version(self) -> str: ...
     @property
@@ -125,17 +182,19 @@ class HeartReceipt:
     def to_dict(self) -> dict[str, Any]: ...
     def __hash__(self) -> int: ...
 
+@final
 class AcquireResult:
     """``acquire``'s result: ``acquired``, the ``run``, the ``fence`` on success, else ``reason`` and ``code``."""
 
-    def __init__(
-        self,
+    __match_args__ = ("acquired", "run", "fence", "reason", "code")
+
+    def __new__(cls,
         acquired: bool,
         run: RunRow | None,
         fence: FencingToken | None = None,
         reason: str | None = None,
         code: str | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def acquired(self) -> bool: ...
     @property
@@ -151,11 +210,14 @@ class AcquireResult:
     def to_dict(self) -> dict[str, Any]: ...
     def __hash__(self) -> int: ...
 
+@final
 class FencedOutcome:
     """A fenced write's outcome: ``ok`` with the ``value`` (a token or a row), or ``rejected``
     with the ``cause`` and ``code`` ``fence-rejected``."""
 
-    def __init__(self, outcome: str, value: Any = None, cause: str | None = None, code: str | None = None) -> None: ...
+    __match_args__ = ("outcome", "value", "cause", "code")
+
+    def __new__(cls, outcome: str, value: Any = None, cause: str | None = None, code: str | None = None) -> Self: ...
     @property
     def outcome(self) -> str: ...
     @property
@@ -171,15 +233,16 @@ class FencedOutcome:
     def to_dict(self) -> dict[str, Any]: ...
     def __hash__(self) -> int: ...
 
-Deliver = Callable[[list[HeartReceipt]], None]
+_Deliver = Callable[[list[HeartReceipt]], None]
 
+@final
 class NativeFleet:
-    def __init__(self, max_retries: int | None, sink: bool) -> None: ...
+    def __new__(cls, max_retries: int | None, sink: bool) -> Self: ...
     def attach_memory_store(self, store: NativeMemoryStore) -> None: ...
-    def acquire(self, run_id: object, owner: object, ttl_seconds: object, deliver: Deliver) -> AcquireResult | None: ...
-    def renew(self, fence: object, ttl_seconds: object, deliver: Deliver) -> FencedOutcome | None: ...
-    def release(self, fence: object, next_status: object, deliver: Deliver) -> FencedOutcome | None: ...
-    def verify_fence(self, fence: object, deliver: Deliver) -> bool | None: ...
+    def acquire(self, run_id: object, owner: object, ttl_seconds: object, deliver: _Deliver) -> AcquireResult | None: ...
+    def renew(self, fence: object, ttl_seconds: object, deliver: _Deliver) -> FencedOutcome | None: ...
+    def release(self, fence: object, next_status: object, deliver: _Deliver) -> FencedOutcome | None: ...
+    def verify_fence(self, fence: object, deliver: _Deliver) -> bool | None: ...
     def begin(self, kind: str, args: str) -> str | NativeOp: ...
     def metrics(self) -> list[int]: ...
     def uncount(self, delta: list[int]) -> None: ...
@@ -187,6 +250,7 @@ class NativeFleet:
     def receipts_json(self) -> str: ...
     def receipt_count(self) -> int: ...
 
+@final
 class NativeOp:
     def need(self) -> str: ...
     def request(self) -> str: ...
@@ -200,8 +264,9 @@ class NativeOp:
     def resume_probe_error(self, message: str) -> str: ...
     def is_done(self) -> bool: ...
 
+@final
 class NativeMemoryStore:
-    def __init__(self, now_ms: int) -> None: ...
+    def __new__(cls, now_ms: int) -> Self: ...
     @staticmethod
     def from_scenario(scenario: str) -> NativeMemoryStore: ...
     def now_ms(self) -> int: ...
@@ -219,6 +284,7 @@ class NativeMemoryStore:
     def instances_json(self) -> str: ...
     def request_count(self) -> int: ...
 
+@final
 class NativeLeaseSession:
     @staticmethod
     def create(ttl_seconds: int, renew_every_ms: int | None = None) -> NativeLeaseSession: ...
@@ -251,6 +317,7 @@ def effect_key_json(prefix: str, identity: str) -> str: ...
 def verify_receipt_json(receipt: str) -> None: ...
 def verify_receipts_json(log: bytes, options: str) -> str: ...
 
+@final
 class NativeReceiptAppender:
     @staticmethod
     def create(dialect: str, signing_keys: str) -> NativeReceiptAppender: ...

@@ -178,7 +178,7 @@ class HeartFleet:
         for r in receipts:
             try:
                 out = sink(r)
-                if inspect.isawaitable(out):
+                if out is not None and inspect.isawaitable(out):
                     _schedule(out)
             except Exception:  # noqa: BLE001,S110 - the reference swallows sink errors
                 pass

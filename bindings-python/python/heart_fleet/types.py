@@ -305,9 +305,9 @@ class LogReport(Record):
     @staticmethod
     def from_report(data: Mapping[str, Any]) -> LogReport:
         """Builds the report from the core's JSON object."""
-        counts = [data[k] for k in ("receipts", "ok", "tampered", "malformed", "chained", "unchained", "signed")]
+        counts = {k: data[k] for k in ("receipts", "ok", "tampered", "malformed", "chained", "unchained", "signed")}
         runs = {run: RunChain.from_json(c) for run, c in data["runs"].items()}
-        return LogReport(*counts, runs=runs, findings=[Finding.from_json(f) for f in data["findings"]])
+        return LogReport(**counts, runs=runs, findings=[Finding.from_json(f) for f in data["findings"]])
 
     def to_dict(self) -> dict[str, Any]:
         """The core's JSON shape of the report."""

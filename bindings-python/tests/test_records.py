@@ -1,0 +1,142 @@
+"""The lease cycle's records (FencingToken, RunRow, HeartReceipt, AcquireResult,
+FencedOutcome) are classes of the native module: they keep the frozen dataclasses' contract
+(construction, equality, hashing, repr, to_dict / from_json, pickling, pattern matching), and
+the records the Rust memory store answers with equal the ones built from the core's JSON. The
+native module's stub matches the module (``mypy.stubtest``)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import heart_fleet as hf
+from conftest import T0
+
+T1 = "2026-07-30T00:01:00.000Z"
+
+
+def test_the_native_stub_names_and_signatures_match_the_module(tmp_path: Path) -> None:
+    """Every class, method, property and function of ``heart_fleet._native`` is in its stub
+    with the runtime's signature, and the stub has nothing the module lacks."""
+    env = {**os.environ, "MYPY_CACHE_DIR": str(tmp_path / "cache")}
+    run = subprocess.run(
+        [sys.executable, "-m", "mypy.stubtest", "heart_fleet._native"], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_every_public_name_is_exported_and_the_records_are_the_native_classes() -> None:
+    missing = [n for n in hf.__all__ if not hasattr(hf, n)]
+    assert missing == []
+    for name in ("FencingToken", "RunRow", "HeartReceipt", "AcquireResult", "FencedOutcome"):
+        cls = getattr(hf, name)
+        assert cls is getattr(hf._native, name) and issubclass(cls, hf.types.Record), name
+
+
+def test_a_token_behaves_as_the_frozen_dataclass_it_replaced() -> None:
+    t = hf.FencingToken("r1", "w", T1, 1)
+    assert t == hf.FencingToken(run_id="r1", owner="w", lease_expires_at=T1, epoch=1)
+    assert t != hf.FencingToken("r1", "w", T1, 2) and t != ("r1", "w", T1, 1)
+    assert hash(t) == hash(hf.FencingToken("r1", "w", T1, 1)) and len({t, copy.copy(t)}) == 1
+    assert repr(t) == "FencingToken(run_id='r1', owner='w', lease_expires_at='2026-07-30T00:01:00.000Z', epoch=1)"
+    assert hf.FencingToken("r1", "w", T1).epoch is None
+    assert t.to_dict() == {"runId": "r1", "owner": "w", "leaseExpiresAt": T1, "epoch": 1}
+    assert hf.FencingToken("r1", "w", T1).to_dict() == {"runId": "r1", "owner": "w", "leaseExpiresAt": T1}
+    assert hf.FencingToken.from_json(t.to_dict()) == t
+    assert pickle.loads(pickle.dumps(t)) == t and copy.deepcopy(t) == t
+    with pytest.raises(AttributeError):
+        t.owner = "x"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        hf.FencingToken("r1", "w")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        hf.FencingToken("r1", "w", T1, 1, bogus=2)  # type: ignore[call-arg]
+    match t:
+        case hf.FencingToken(run_id, owner, _, epoch):
+            assert (run_id, owner, epoch) == ("r1", "w", 1)
+        case _:
+            pytest.fail("a token matches its positional pattern")
+
+
+def _cycle_records(memory_answers: bool) -> list[Any]:
+    """One acquire → renew → verify → release → lost renew, recorded as dicts, plus the
+    results' records. ``memory_answers``: on the Rust memory store (typed records built in
+    Rust); else through a store object answering the same store as JSON text (records built
+    from the core's JSON)."""
+
+    class Text:
+        def __init__(self, memory: hf.MemoryLeaseStore) -> None:
+            self.memory = memory
+
+        def execute_json(self, text: str) -> str:
+            return self.memory.execute_json(text)
+
+    memory = hf.MemoryLeaseStore(T0)
+    memory.insert({"id": "r1", "budget": {"usd": 1.5, "tags": ["a", None, True]}, "required_capabilities": ["gpu"]})
+    sunk: list[hf.HeartReceipt] = []
+    heart = hf.HeartFleet(memory if memory_answers else Text(memory), on_receipt=sunk.append)
+    a = heart.acquire("r1", "w", 60)
+    assert a.fence is not None
+    lost = heart.acquire("r1", "other", 60)
+    renewed = heart.try_renew(a.fence, 120)
+    assert renewed.ok and isinstance(renewed.value, hf.FencingToken)
+    live = heart.verify_fence(renewed.value)
+    released = heart.try_release(renewed.value, "completed")
+    rejected = heart.try_renew(renewed.value, 60)
+    out = [a, lost, renewed, live, released, rejected, *sunk]
+    return [x.to_dict() if isinstance(x, hf.types.Record) else x for x in out] + out
+
+
+def test_records_from_the_memory_store_equal_records_from_the_cores_json() -> None:
+    typed = _cycle_records(memory_answers=True)
+    from_json = _cycle_records(memory_answers=False)
+    n = len(typed) // 2
+    assert json.dumps(typed[:n]) == json.dumps(from_json[:n])
+    assert typed[n:] == from_json[n:], "the records compare equal across the two ways of making them"
+    a, lost, renewed, _, released, rejected = typed[n : n + 6]
+    assert isinstance(a.run, hf.RunRow) and a.run.budget == {"usd": 1.5, "tags": ["a", None, True]}
+    assert a.run.required_capabilities == ["gpu"] and a.fence.epoch == 1
+    assert (lost.acquired, lost.code, lost.fence) == (False, "lease-held", None)
+    assert rejected.to_dict() == {"outcome": "rejected", "cause": "released", "code": "fence-rejected"}
+    assert not rejected.ok and rejected.value is None and released.ok and released.value.status == "completed"
+    assert [r.event for r in typed[n + 6 :]] == ["acquired", "renewed", "fence_verified", "released", "fence_rejected"]
+    assert all(hf.verify_receipt(r) for r in typed[n + 6 :])
+
+
+def test_a_record_reads_each_field_once() -> None:
+    """A field built from the core's value on first read is kept: the same object after."""
+    memory = hf.MemoryLeaseStore(T0)
+    memory.insert({"id": "r1"})
+    a = hf.HeartFleet(memory).acquire("r1", "w", 60)
+    assert a.fence is a.fence and a.run is a.run and a.run.id is a.run.id
+
+
+def test_arguments_that_are_not_plain_take_the_checked_path() -> None:
+    """What the fast path does not take (a mapping token, a str subclass, a bad status) gives
+    what the checked path gives."""
+
+    class Name(str):
+        pass
+
+    memory = hf.MemoryLeaseStore(T0)
+    memory.insert({"id": "r1"})
+    heart = hf.HeartFleet(memory)
+    a = heart.acquire(Name("r1"), "w", 60)
+    assert a.acquired and a.fence is not None
+    assert heart.verify_fence(a.fence.to_dict()) is True
+    assert heart.verify_fence(hf.FencingToken("r1", "w", a.fence.lease_expires_at, a.fence.epoch)) is True
+    with pytest.raises(hf.InvalidInputError, match="next_status must be one of"):
+        heart.release(a.fence, "done")
+    with pytest.raises(hf.InvalidTypeError):
+        heart.verify_fence(hf.FencingToken(1, "w", T1))  # type: ignore[arg-type]
+    with pytest.raises(hf.InvalidInputError):
+        heart.verify_fence(hf.FencingToken("r1", "w", "not a time"))
+    assert heart.acquire("r1", "w", 0).to_dict() == {"acquired": False, "run": None, "reason": "Invalid input", "code": "invalid-input"}
+    assert heart.metrics.fence_verifications == 2
