@@ -466,6 +466,79 @@ fn heartbeat_interval(ttl_seconds: i64, renew_every_ms: Option<i64>) -> i64 {
     bridge::heartbeat_interval(ttl_seconds, renew_every_ms)
 }
 
+/// `is_lease_expired` at a clock reading (milliseconds; `None`: no expiry): the core's one
+/// expiry rule.
+#[pyfunction]
+#[pyo3(signature = (expires_at_ms, now_ms))]
+fn lease_expired_ms(expires_at_ms: Option<f64>, now_ms: f64) -> bool {
+    bridge::lease_expired_ms(expires_at_ms, now_ms)
+}
+
+/// `can_acquire` at a clock reading: `ready`, or a held status with an expired lease.
+#[pyfunction]
+#[pyo3(signature = (status, expires_at_ms, now_ms))]
+fn can_acquire_ms(status: &str, expires_at_ms: Option<f64>, now_ms: f64) -> bool {
+    bridge::can_acquire_ms(status, expires_at_ms, now_ms)
+}
+
+/// `is_instance_expired` at a clock reading: `dead`, or silent for strictly more than `ttl_ms`.
+#[pyfunction]
+fn instance_expired_ms(status: &str, last_heartbeat_ms: f64, now_ms: f64, ttl_ms: f64) -> bool {
+    bridge::instance_expired_ms(status, last_heartbeat_ms, now_ms, ttl_ms)
+}
+
+/// The reference's in-process effect ledger (the core's `MemoryEffectLedger`): each
+/// `(run_id, effect_key)` is recorded once. Lost on restart; safe to share between threads.
+#[pyclass(module = "heart_fleet", frozen)]
+pub struct MemoryEffectLedger {
+    inner: Mutex<heart_fleet_core::MemoryEffectLedger>,
+}
+
+#[pymethods]
+impl MemoryEffectLedger {
+    #[new]
+    fn new() -> MemoryEffectLedger {
+        MemoryEffectLedger { inner: Mutex::new(heart_fleet_core::MemoryEffectLedger::default()) }
+    }
+
+    /// `True` the first time `(run_id, effect_key)` is recorded, `False` afterwards. Each is
+    /// a non-empty `str` without a lone surrogate (`InvalidTypeError` / `InvalidInputError`).
+    fn record_once(&self, run_id: &Bound<'_, PyAny>, effect_key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let (run_id, effect_key) = (checked_text("run_id", run_id)?, checked_text("effect_key", effect_key)?);
+        Ok(locked(&self.inner)?.record_once(run_id, effect_key))
+    }
+}
+
+/// A non-empty `str` without a lone surrogate, or the package's coded error naming `name`.
+fn checked_text<'a>(name: &str, v: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
+    let Ok(s) = v.cast::<PyString>() else {
+        let kind = v.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        return Err(typed_error(&format!("{name} must be a str, got {kind}")));
+    };
+    match s.to_str() {
+        Ok("") => Err(coded(ErrorCode::InvalidInput, &format!("{name} must be a non-empty string"))),
+        Ok(text) => Ok(text),
+        Err(_) => Err(coded(
+            ErrorCode::InvalidInput,
+            &format!("{name} must be a well-formed string, got one with a lone surrogate (no UTF-8 form)"),
+        )),
+    }
+}
+
+/// The package's `InvalidTypeError` (a `TypeError` with code `invalid-input`).
+fn typed_error(message: &str) -> PyErr {
+    Python::attach(|py| {
+        match py
+            .import("heart_fleet.errors")
+            .and_then(|m| m.getattr("InvalidTypeError"))
+            .and_then(|c| c.call1((message,)))
+        {
+            Ok(exc) => PyErr::from_value(exc),
+            Err(_) => PyTypeError::new_err(format!("[invalid-input] {message}")),
+        }
+    })
+}
+
 /// The fleet configuration of a conformance scenario (JSON `{"maxRetries": n | null}`).
 #[pyfunction]
 fn scenario_config(scenario: &str) -> PyResult<String> {
@@ -629,6 +702,10 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeMemoryStore>()?;
     m.add_class::<NativeLeaseSession>()?;
     m.add_class::<NativeReceiptAppender>()?;
+    m.add_class::<MemoryEffectLedger>()?;
+    m.add_function(wrap_pyfunction!(lease_expired_ms, m)?)?;
+    m.add_function(wrap_pyfunction!(can_acquire_ms, m)?)?;
+    m.add_function(wrap_pyfunction!(instance_expired_ms, m)?)?;
     m.add_function(wrap_pyfunction!(heartbeat_interval, m)?)?;
     m.add_function(wrap_pyfunction!(release_status, m)?)?;
     m.add_function(wrap_pyfunction!(scenario_config, m)?)?;

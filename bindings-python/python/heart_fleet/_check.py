@@ -32,6 +32,8 @@ RUN_STATUSES: tuple[str, ...] = tuple(CONTRACT["runStatuses"])
 #: What a release may leave a run in.
 NEXT_STATUSES: tuple[str, ...] = tuple(CONTRACT["nextStatuses"])
 CHANNELS: tuple[str, ...] = tuple(CONTRACT["channels"])
+#: The statuses of a held lease.
+HELD_STATUSES: tuple[str, ...] = tuple(CONTRACT["heldStatuses"])
 #: The deepest nesting of lists and dicts the core takes in a JSON value (``[[...]]`` 512
 #: levels deep is accepted, 513 is not).
 MAX_JSON_DEPTH: int = CONTRACT["maxJsonDepth"]

@@ -254,7 +254,8 @@ def _steps(fleet: Fleetlike, op: Any, host: Host | None, held: Held | None, coun
                 try:
                     verdict = json.dumps(v, separators=(",", ":"))
                 except (TypeError, ValueError) as e:
-                    text = resume(lambda: op.resume_probe_error(message_of(e)))
+                    why = message_of(e)
+                    text = resume(lambda: op.resume_probe_error(why))
                 else:
                     text = resume(lambda: op.resume_probe(verdict))
             else:

@@ -51,22 +51,19 @@ __all__ = [
 T = TypeVar("T")
 
 
+@_check.coded_methods
 class MemoryEffectLedger:
-    """The reference's in-process ledger: a set of (run_id, effect_key). Lost on restart.
-    Safe to share between threads."""
+    """The reference's in-process ledger, a set of (run_id, effect_key): the core's. Lost on
+    restart; safe to share between threads."""
+
+    __slots__ = ("_ledger",)
 
     def __init__(self) -> None:
-        self._seen: set[tuple[str, str]] = set()
-        self._lock = threading.Lock()
+        self._ledger = _native.MemoryEffectLedger()
 
     def record_once(self, run_id: str, effect_key: str) -> bool:
         """``True`` the first time (run_id, effect_key) is recorded, ``False`` afterwards."""
-        k = (_check.text("run_id", run_id), _check.text("effect_key", effect_key))
-        with self._lock:
-            if k in self._seen:
-                return False
-            self._seen.add(k)
-            return True
+        return self._ledger.record_once(run_id, effect_key)
 
 
 def _check_ledger(ledger: object) -> None:

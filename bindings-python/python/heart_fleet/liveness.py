@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from . import _check
+from . import _check, _native
 from .errors import InvalidTypeError
 from .fleet import HeartFleet
 from .memory import to_ms
@@ -36,29 +36,29 @@ def _field(row: object, name: str) -> Any:
     raise InvalidTypeError(f"a row must be a RunRow, an InstanceRow or a mapping, got {_check.describe(row)}")
 
 
-def is_lease_expired(run: RunRow | Mapping[str, Any], now: Instant) -> bool:
-    """No expiry, or expiry <= ``now`` (the one expiry rule)."""
+def _expiry_ms(run: object) -> int | None:
     expires = _field(run, "lease_expires_at")
-    if expires is None or expires == "":
-        return True
-    return to_ms("lease_expires_at", expires) <= to_ms("now", now)
+    return None if expires is None or expires == "" else to_ms("lease_expires_at", expires)
+
+
+def is_lease_expired(run: RunRow | Mapping[str, Any], now: Instant) -> bool:
+    """No expiry, or expiry <= ``now`` (the core's one expiry rule)."""
+    return _native.lease_expired_ms(_expiry_ms(run), to_ms("now", now))
 
 
 def can_acquire(run: RunRow | Mapping[str, Any], now: Instant) -> bool:
-    """``ready``, or ``leased`` / ``running`` with an expired lease."""
+    """``ready``, or ``leased`` / ``running`` with an expired lease (the core's rule)."""
     status = _field(run, "status")
-    if status == "ready":
-        return True
-    return status in ("leased", "running") and is_lease_expired(run, now)
+    return isinstance(status, str) and _native.can_acquire_ms(status, _expiry_ms(run), to_ms("now", now))
 
 
 def is_instance_expired(
     instance: InstanceRow | Mapping[str, Any], now: Instant, ttl_ms: int = DEFAULT_LIVENESS_TTL_MS
 ) -> bool:
-    """Dead, or silent for strictly more than ``ttl_ms``."""
-    if _field(instance, "status") == "dead":
-        return True
-    return to_ms("now", now) - to_ms("last_heartbeat", _field(instance, "last_heartbeat")) > ttl_ms
+    """Dead, or silent for strictly more than ``ttl_ms`` (the core's rule)."""
+    status = _field(instance, "status")
+    heartbeat = to_ms("last_heartbeat", _field(instance, "last_heartbeat"))
+    return _native.instance_expired_ms(str(status), heartbeat, to_ms("now", now), ttl_ms)
 
 
 def dead_instance_ids(
@@ -74,7 +74,7 @@ def runs_leased_to_dead_instances(runs: Iterable[Row], dead_ids: Iterable[str]) 
     return [
         r
         for r in runs
-        if _field(r, "lease_owner") in dead and _field(r, "status") in ("leased", "running")
+        if _field(r, "lease_owner") in dead and _field(r, "status") in _check.HELD_STATUSES
     ]
 
 
