@@ -21,6 +21,9 @@
 //! * `lease_cycle/bridge_compact`: the same cycle through the bridge's compact answers
 //!   (`BridgeFleet::acquire_compact` and its siblings: typed arguments, results and receipts
 //!   as separated values), the bindings' memory-store fast path.
+//! * `lease_cycle/bridge_typed`: the same cycle through the bridge's typed outcomes
+//!   (`BridgeFleet::acquire_typed` and its siblings: the core's values and the receipts for
+//!   the host's sink), what the Python binding's records are built from.
 //! * `lease_cycle/floor`: what any implementation of that cycle must do at least, measured
 //!   in the same group: three SHA-256 digests of the cycle's three receipts' canonical bytes
 //!   (98-126 bytes) and three lookups of the run by id in a `HashMap` (std's SipHash, as
@@ -210,6 +213,17 @@ fn bench_cycle(c: &mut Criterion) {
                 let released = bridge.release_compact(&fence, "ready").expect("a memory store");
                 assert!(released.starts_with('R'), "released");
                 black_box((live, released))
+            })
+        });
+        group.bench_function("bridge_typed", |b| {
+            b.iter(|| {
+                let (acquired, receipts) =
+                    bridge.acquire_typed(black_box("bench-run"), "worker-A", 60).expect("a memory store");
+                let fence = acquired.expect("acquired").fence.expect("a token");
+                let (live, more) = bridge.verify_fence_typed(&fence).expect("a memory store");
+                let (released, last) = bridge.release_typed(&fence, "ready").expect("a memory store");
+                assert!(matches!(released, Ok(heart_fleet_core::ops::Fenced::Ok { .. })), "released");
+                black_box((live, receipts, more, last))
             })
         });
     }
