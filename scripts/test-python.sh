@@ -13,7 +13,8 @@
 # 3. runs pytest from outside the source tree, so the installed wheel is what is tested
 #    (conformance: every scenario in 6 store modes; asyncio; execute_with_lease; bad input;
 #    SQLite, also sharing a file with the Rust CLI; PostgreSQL; the host example), then
-#    `mypy --strict` on a typed usage file against the installed package.
+#    `mypy --strict` on a typed usage file against the installed package, and on the
+#    package's source.
 #
 # Needs python3 >= 3.11 and cargo. Installs maturin, ziglang and auditwheel into a cached tools venv
 # (bindings-python/.venv-build), and PostgreSQL (scripts/postgres.sh) when DATABASE_URL is
@@ -127,8 +128,9 @@ step "pytest (outside the source tree, against the installed wheel)"
 export HEART_FLEET_REQUIRE_INSTALLED=1 PYTHONDONTWRITEBYTECODE=1
 (cd "$venv" && "$venv/bin/python" -m pytest -p no:cacheprovider -q "$root/bindings-python/tests")
 
-step "mypy --strict on a typed usage file (the wheel's py.typed and stubs)"
+step "mypy --strict on a typed usage file (the wheel's py.typed and stubs) and on the package's source"
 (cd "$venv" && "$venv/bin/python" -m mypy --strict --cache-dir "$venv/.mypy" "$root/bindings-python/tests/typing/usage.py")
+(cd "$root/bindings-python/python" && "$venv/bin/python" -m mypy --strict --cache-dir "$venv/.mypy-src" heart_fleet)
 
 echo
 echo "python: all tests passed in $(($(date +%s) - start)) s"

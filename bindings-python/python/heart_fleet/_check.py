@@ -207,7 +207,58 @@ def coded_call(f: F) -> F:
 
         return coded_async  # type: ignore[return-value]
 
-    @functools.wraps(f)
+    return functools.wraps(f)(_binding_checked(f))  # type: ignore[return-value]
+
+
+#: An argument the caller left out.
+_LEFT_OUT: Any = object()
+
+
+def _binding_checked(f: Callable[..., Any]) -> Callable[..., Any]:
+    """A wrapper of ``f`` (no ``*args``/``**kwargs`` of its own) whose own parameters cannot
+    fail to bind: each of ``f``'s parameters defaults to ``f``'s default or to a marker, and
+    extra ones are gathered. On the common path it calls ``f`` with its parameters as they
+    are, without packing them into a tuple and a dict (a fifth of the lease cycle's Python
+    time did that); a call that would not bind is made again as given, for Python's own
+    message, raised as :class:`InvalidTypeError`."""
+    params = list(inspect.signature(f).parameters.values())
+    if any(p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.name.startswith("_") for p in params):
+        return _packing_checked(f)  # (a leading underscore could meet the wrapper's own names)
+    names = [p.name for p in params]
+    defaults = {f"_d{i}": (_LEFT_OUT if p.default is p.empty else p.default) for i, p in enumerate(params)}
+    positional = [f"{p.name}=_d{i}" for i, p in enumerate(params) if p.kind is p.POSITIONAL_OR_KEYWORD]
+    keyword = [f"{p.name}=_d{i}" for i, p in enumerate(params) if p.kind is p.KEYWORD_ONLY]
+    call = ", ".join(n if p.kind is p.POSITIONAL_OR_KEYWORD else f"{n}={n}" for n, p in zip(names, params))
+    left_out = " or ".join(f"{n} is _LEFT_OUT" for n, p in zip(names, params) if p.default is p.empty) or "False"
+    given = ", ".join(f"({n!r}, {n}, {p.kind is p.KEYWORD_ONLY})" for n, p in zip(names, params))
+    source = (
+        f"def checked({', '.join([*positional, '*_extra', *keyword, '**_unknown'])}):\n"
+        f"    if _extra or _unknown or {left_out}:\n"
+        f"        _refuse(_f, ({given},), _extra, _unknown)\n"
+        f"    return _f({call})\n"
+    )
+    namespace: dict[str, Any] = {"_f": f, "_LEFT_OUT": _LEFT_OUT, "_refuse": _refuse, **defaults}
+    exec(source, namespace)  # noqa: S102 - the source is built above from f's own parameter names
+    checked: Callable[..., Any] = namespace["checked"]
+    return checked
+
+
+def _refuse(f: Callable[..., Any], given: tuple[tuple[str, Any, bool], ...], extra: tuple[Any, ...], unknown: dict[str, Any]) -> NoReturn:
+    """Makes the call that did not bind as the caller made it, and raises its TypeError coded."""
+    args = [v for _, v, kw in given if not kw and v is not _LEFT_OUT]
+    kwargs = {n: v for n, v, kw in given if kw and v is not _LEFT_OUT}
+    try:
+        f(*args, *extra, **kwargs, **unknown)
+    except TypeError as e:
+        if _bad_call(e):
+            raise InvalidTypeError(str(e)) from None
+        raise
+    raise InvalidTypeError(f"{f.__qualname__}() was called with arguments it does not take")
+
+
+def _packing_checked(f: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`_binding_checked` for a function with ``*args`` or ``**kwargs`` of its own."""
+
     def coded(*args: Any, **kwargs: Any) -> Any:
         try:
             return f(*args, **kwargs)
@@ -216,7 +267,7 @@ def coded_call(f: F) -> F:
                 raise
             raise InvalidTypeError(str(e)) from None
 
-    return coded  # type: ignore[return-value]
+    return coded
 
 
 def coded_methods(cls: type) -> type:

@@ -51,7 +51,6 @@ __all__ = [
 T = TypeVar("T")
 
 
-@_check.coded_methods
 class MemoryEffectLedger:
     """The reference's in-process ledger, a set of (run_id, effect_key): the core's. Lost on
     restart; safe to share between threads."""
