@@ -61,6 +61,8 @@ fn locked<T>(m: &Mutex<T>) -> PyResult<MutexGuard<'_, T>> {
 #[pyclass(module = "heart_fleet._native", frozen)]
 pub struct NativeFleet {
     inner: Mutex<bridge::BridgeFleet>,
+    /// The fleet's receipt sink and the package's scheduler of what a sink returns.
+    sink: std::sync::OnceLock<(Py<PyAny>, Py<PyAny>)>,
 }
 
 #[pymethods]
@@ -70,7 +72,12 @@ impl NativeFleet {
     #[new]
     #[pyo3(signature = (max_retries, sink))]
     fn new(max_retries: Option<u32>, sink: bool) -> NativeFleet {
-        NativeFleet { inner: Mutex::new(bridge::BridgeFleet::new(max_retries, sink)) }
+        NativeFleet { inner: Mutex::new(bridge::BridgeFleet::new(max_retries, sink)), sink: std::sync::OnceLock::new() }
+    }
+
+    /// Where the lease cycle's fast path hands receipts (see [`deliver_receipts`]); set once.
+    fn set_sink(&self, sink: Py<PyAny>, schedule: Py<PyAny>) -> PyResult<()> {
+        self.sink.set((sink, schedule)).map_err(|_| coded(ErrorCode::InvalidState, "the fleet's sink is already set"))
     }
 
     /// Answers store requests of this fleet's operations from a Rust memory store.
@@ -90,8 +97,8 @@ impl NativeFleet {
     }
 
     /// `acquire` on the attached memory store with plain arguments (two `str`s without a lone
-    /// surrogate, an `int` that fits 64 bits): the `AcquireResult`, after handing the receipts
-    /// for the sink to `deliver` (a list). `None` without a memory store or for any other argument: the package's checked path
+    /// surrogate, an `int` that fits 64 bits): the `AcquireResult`, after handing its receipts
+    /// to the fleet's sink (`set_sink`). `None` without a memory store or for any other argument: the package's checked path
     /// (`begin`) then answers, so what bad input gives is decided in one place.
     fn acquire(
         &self,
@@ -99,14 +106,13 @@ impl NativeFleet {
         run_id: &Bound<'_, PyAny>,
         owner: &Bound<'_, PyAny>,
         ttl_seconds: &Bound<'_, PyAny>,
-        deliver: &Bound<'_, PyAny>,
     ) -> PyResult<Option<AcquireResult>> {
         let (Some(run_id), Some(owner), Some(ttl)) = (plain_text(run_id), plain_text(owner), plain_int(ttl_seconds))
         else {
             return Ok(None);
         };
         let outcome = locked(&self.inner)?.acquire_typed(run_id, owner, ttl);
-        typed(outcome, deliver, |r| AcquireResult::from_core(py, r))
+        typed(py, outcome, self.sink.get(), |r| AcquireResult::from_core(py, r))
     }
 
     /// `try_renew` on the attached memory store: the `FencedOutcome`, or `None` as
@@ -116,11 +122,10 @@ impl NativeFleet {
         py: Python<'_>,
         fence: &Bound<'_, PyAny>,
         ttl_seconds: &Bound<'_, PyAny>,
-        deliver: &Bound<'_, PyAny>,
     ) -> PyResult<Option<FencedOutcome>> {
         let (Some(fence), Some(ttl)) = (plain_token(fence), plain_int(ttl_seconds)) else { return Ok(None) };
         let outcome = locked(&self.inner)?.renew_typed(&fence, ttl);
-        typed(outcome, deliver, |f| FencedOutcome::from_core(py, FencedCore::Token(f)))
+        typed(py, outcome, self.sink.get(), |f| FencedOutcome::from_core(py, FencedCore::Token(f)))
     }
 
     /// `try_release` on the attached memory store: the `FencedOutcome`, or `None` as
@@ -130,22 +135,21 @@ impl NativeFleet {
         py: Python<'_>,
         fence: &Bound<'_, PyAny>,
         next_status: &Bound<'_, PyAny>,
-        deliver: &Bound<'_, PyAny>,
     ) -> PyResult<Option<FencedOutcome>> {
         let (Some(fence), Some(to)) = (plain_token(fence), plain_text(next_status)) else { return Ok(None) };
         if heart_fleet_core::ops::ReleaseTo::parse(to).is_err() {
             return Ok(None);
         }
         let outcome = locked(&self.inner)?.release_typed(&fence, to);
-        typed(outcome, deliver, |f| FencedOutcome::from_core(py, FencedCore::Row(f)))
+        typed(py, outcome, self.sink.get(), |f| FencedOutcome::from_core(py, FencedCore::Row(f)))
     }
 
     /// `verify_fence` on the attached memory store: whether the token is live, or `None` as for
     /// [`NativeFleet::renew`].
-    fn verify_fence(&self, fence: &Bound<'_, PyAny>, deliver: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
+    fn verify_fence(&self, py: Python<'_>, fence: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
         let Some(fence) = plain_token(fence) else { return Ok(None) };
         let outcome = locked(&self.inner)?.verify_fence_typed(&fence);
-        typed(outcome, deliver, Ok)
+        typed(py, outcome, self.sink.get(), Ok)
     }
 
     /// The 13 counters, in the reference's order.
@@ -219,19 +223,45 @@ fn plain_token<'a>(v: &'a Bound<'_, PyAny>) -> Option<Cow<'a, heart_fleet_core::
 }
 
 /// A typed outcome for Python: `None` without a memory store; else the receipts handed to
-/// `deliver` (a list, when there are any), then the error raised as its exception or the
-/// converted result.
+/// the fleet's sink (when it has receipts for one), then the error raised as its exception
+/// or the converted result.
 fn typed<T, R>(
+    py: Python<'_>,
     outcome: Option<TypedOutcome<T>>,
-    deliver: &Bound<'_, PyAny>,
+    sink: Option<&(Py<PyAny>, Py<PyAny>)>,
     convert: impl FnOnce(T) -> PyResult<R>,
 ) -> PyResult<Option<R>> {
     let Some((result, receipts)) = outcome else { return Ok(None) };
-    if !receipts.is_empty() {
-        let records = receipts.into_iter().map(HeartReceipt::from_core).collect::<Vec<_>>();
-        deliver.call1((records,))?;
+    if let Some((sink, schedule)) = sink {
+        for r in receipts {
+            let record = Py::new(py, HeartReceipt::from_core(r))?.into_any();
+            deliver(sink.bind(py), schedule.bind(py), record.bind(py))?;
+        }
     }
     Ok(Some(convert(result.map_err(py_err)?)?))
+}
+
+/// Hands one receipt to a sink as the reference does: a sink's `Exception` is swallowed
+/// (anything else, a `KeyboardInterrupt` say, goes on), and what it returns other than
+/// `None` goes to `schedule` (the package runs an awaitable in the background).
+fn deliver(sink: &Bound<'_, PyAny>, schedule: &Bound<'_, PyAny>, receipt: &Bound<'_, PyAny>) -> PyResult<()> {
+    match sink.call1((receipt,)) {
+        Ok(out) if out.is_none() => Ok(()),
+        Ok(out) => schedule.call1((out,)).map(drop),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyException>(sink.py()) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Hands `receipts` to `sink` in order, each as [`deliver`] does: the package's one delivery
+/// rule, for the receipts of operations its own loop drives.
+#[pyfunction]
+fn deliver_receipts(
+    sink: &Bound<'_, PyAny>,
+    schedule: &Bound<'_, PyAny>,
+    receipts: Vec<Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    receipts.iter().try_for_each(|r| deliver(sink, schedule, r))
 }
 
 /// One operation waiting for Python. Resume it with the answer to its current need; every
@@ -703,6 +733,7 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeLeaseSession>()?;
     m.add_class::<NativeReceiptAppender>()?;
     m.add_class::<MemoryEffectLedger>()?;
+    m.add_function(wrap_pyfunction!(deliver_receipts, m)?)?;
     m.add_function(wrap_pyfunction!(lease_expired_ms, m)?)?;
     m.add_function(wrap_pyfunction!(can_acquire_ms, m)?)?;
     m.add_function(wrap_pyfunction!(instance_expired_ms, m)?)?;

@@ -140,3 +140,56 @@ def test_arguments_that_are_not_plain_take_the_checked_path() -> None:
         heart.verify_fence(hf.FencingToken("r1", "w", "not a time"))
     assert heart.acquire("r1", "w", 0).to_dict() == {"acquired": False, "run": None, "reason": "Invalid input", "code": "invalid-input"}
     assert heart.metrics.fence_verifications == 2
+
+
+class _Stop(BaseException):
+    """Not an Exception: a sink raising it is not swallowed (as KeyboardInterrupt is not)."""
+
+
+@pytest.mark.parametrize("memory_answers", [True, False], ids=["memory fast path", "store object"])
+def test_a_sink_is_handed_receipts_the_same_way_on_both_paths(memory_answers: bool) -> None:
+    """A sink's Exception is swallowed, a BaseException goes on, and what an async sink
+    returns runs on the running loop: on the memory store's fast path as through a store
+    object (the driven path)."""
+    import asyncio
+
+    class Text:
+        def __init__(self, m: hf.MemoryLeaseStore) -> None:
+            self.m = m
+
+        def execute_json(self, text: str) -> str:
+            return self.m.execute_json(text)
+
+    memory = hf.MemoryLeaseStore(T0)
+    memory.insert({"id": "r1"})
+    store: Any = memory if memory_answers else Text(memory)
+    seen: list[str] = []
+
+    def failing(r: hf.HeartReceipt) -> None:
+        seen.append(r.event)
+        raise RuntimeError("the sink failed")
+
+    heart = hf.HeartFleet(store, on_receipt=failing)
+    a = heart.acquire("r1", "w", 60)
+    assert a.fence is not None and heart.verify_fence(a.fence) and seen == ["acquired", "fence_verified"]
+
+    def stopping(r: hf.HeartReceipt) -> None:
+        raise _Stop
+
+    with pytest.raises(_Stop):
+        hf.HeartFleet(store, on_receipt=stopping).verify_fence(a.fence)
+
+    async def run() -> list[str]:
+        got: list[str] = []
+
+        async def later(r: hf.HeartReceipt) -> None:
+            got.append(r.event)
+
+        async_heart = hf.HeartFleet(store, on_receipt=later)
+        assert a.fence is not None
+        assert await async_heart.verify_fence_async(a.fence)
+        assert got == [], "an async sink runs in the background, after the operation returns"
+        await asyncio.sleep(0)
+        return got
+
+    assert asyncio.run(run()) == ["fence_verified"]

@@ -145,6 +145,8 @@ class HeartFleet:
         self._memory = isinstance(store, MemoryLeaseStore)
         if self._memory:
             self._native.attach_memory_store(store._native)
+            if on_receipt is not None:
+                self._native.set_sink(on_receipt, _schedule)
 
     @property
     def store(self) -> Any:
@@ -172,16 +174,10 @@ class HeartFleet:
         self._deliver_records([HeartReceipt.from_json(r) for r in receipts])
 
     def _deliver_records(self, receipts: list[HeartReceipt]) -> None:
-        sink = self._on_receipt
-        if sink is None:
-            return
-        for r in receipts:
-            try:
-                out = sink(r)
-                if out is not None and inspect.isawaitable(out):
-                    _schedule(out)
-            except Exception:  # noqa: BLE001,S110 - the reference swallows sink errors
-                pass
+        # The core's delivery: in order, a sink's errors swallowed (as in the reference), an
+        # awaitable it returns run in the background.
+        if self._on_receipt is not None:
+            _native.deliver_receipts(self._on_receipt, _schedule, receipts)
 
     def _held(self) -> _receipt_table.HeldTransaction | None:
         """A held transaction for one operation, when receipts commit with their writes."""
@@ -226,14 +222,14 @@ class HeartFleet:
         ``code="invalid-input"``; a value of the wrong type raises ``InvalidTypeError``. A
         store failure raises ``StoreUnavailableError``.
         """
-        if self._memory and (done := self._native.acquire(run_id, owner, ttl_seconds, self._deliver_records)) is not None:
+        if self._memory and (done := self._native.acquire(run_id, owner, ttl_seconds)) is not None:
             return done
         plan = self._acquire(run_id, owner, ttl_seconds)
         return _INVALID_ACQUIRE if plan is None else self._run(plan)
 
     async def acquire_async(self, run_id: str, owner: str, ttl_seconds: int) -> AcquireResult:
         """:meth:`acquire`, awaiting the store."""
-        if self._memory and (done := self._native.acquire(run_id, owner, ttl_seconds, self._deliver_records)) is not None:
+        if self._memory and (done := self._native.acquire(run_id, owner, ttl_seconds)) is not None:
             return done
         plan = self._acquire(run_id, owner, ttl_seconds)
         return _INVALID_ACQUIRE if plan is None else await self._run_async(plan)
@@ -248,13 +244,13 @@ class HeartFleet:
 
     def try_renew(self, fence: FencingToken, ttl_seconds: int) -> FencedOutcome:
         """Renews the lease: ``FencedOutcome("ok", value=<new token>)`` or ``("rejected", cause=...)``."""
-        if self._memory and (done := self._native.renew(fence, ttl_seconds, self._deliver_records)) is not None:
+        if self._memory and (done := self._native.renew(fence, ttl_seconds)) is not None:
             return done
         return self._run(self._renew(fence, ttl_seconds))  # type: ignore[no-any-return]
 
     async def try_renew_async(self, fence: FencingToken, ttl_seconds: int) -> FencedOutcome:
         """:meth:`try_renew`, awaiting the store."""
-        if self._memory and (done := self._native.renew(fence, ttl_seconds, self._deliver_records)) is not None:
+        if self._memory and (done := self._native.renew(fence, ttl_seconds)) is not None:
             return done
         return await self._run_async(self._renew(fence, ttl_seconds))  # type: ignore[no-any-return]
 
@@ -274,13 +270,13 @@ class HeartFleet:
 
     def try_release(self, fence: FencingToken, next_status: str = "completed") -> FencedOutcome:
         """Releases the lease: ``FencedOutcome("ok", value=<row>)`` or ``("rejected", cause=...)``."""
-        if self._memory and (done := self._native.release(fence, next_status, self._deliver_records)) is not None:
+        if self._memory and (done := self._native.release(fence, next_status)) is not None:
             return done
         return self._run(self._release(fence, next_status))  # type: ignore[no-any-return]
 
     async def try_release_async(self, fence: FencingToken, next_status: str = "completed") -> FencedOutcome:
         """:meth:`try_release`, awaiting the store."""
-        if self._memory and (done := self._native.release(fence, next_status, self._deliver_records)) is not None:
+        if self._memory and (done := self._native.release(fence, next_status)) is not None:
             return done
         return await self._run_async(self._release(fence, next_status))  # type: ignore[no-any-return]
 
@@ -300,13 +296,13 @@ class HeartFleet:
 
     def verify_fence(self, fence: FencingToken) -> bool:
         """Whether the token holds a live lease (one conditional write)."""
-        if self._memory and (live := self._native.verify_fence(fence, self._deliver_records)) is not None:
+        if self._memory and (live := self._native.verify_fence(fence)) is not None:
             return live
         return self._run(self._verify(fence))  # type: ignore[no-any-return]
 
     async def verify_fence_async(self, fence: FencingToken) -> bool:
         """:meth:`verify_fence`, awaiting the store."""
-        if self._memory and (live := self._native.verify_fence(fence, self._deliver_records)) is not None:
+        if self._memory and (live := self._native.verify_fence(fence)) is not None:
             return live
         return await self._run_async(self._verify(fence))  # type: ignore[no-any-return]
 
@@ -501,4 +497,7 @@ async def ensure_resource_run_async(
     return await heart.ensure_resource_run_async(kind, key, objective=objective, created_by=created_by)
 
 
-_schedule = _receipt_table.in_background
+def _schedule(out: Any) -> None:
+    """Runs what a sink returned in the background when it is awaitable."""
+    if inspect.isawaitable(out):
+        _receipt_table.in_background(out)
