@@ -9,14 +9,21 @@
 //!   [`NativeMemoryStore`] attached, store requests are answered inside Rust. Every other
 //!   need is handed to Python as JSON, and the Python driving loop (sync or asyncio)
 //!   resumes the [`NativeOp`] with the answer.
-//! * [`NativeMemoryStore`]: the core's deterministic memory store.
+//! * The lease cycle on an attached memory store without JSON: `NativeFleet.acquire`,
+//!   `renew`, `release` and `verify_fence` take plain arguments and answer the record
+//!   classes of the `records` module (`FencingToken`, `RunRow`, `HeartReceipt`,
+//!   `AcquireResult`, `FencedOutcome`, which the package exports), handing the receipts to
+//!   the fleet's sink on the way ([`deliver_receipts`], the package's one delivery rule).
+//! * [`NativeMemoryStore`]: the core's deterministic memory store; [`MemoryEffectLedger`]:
+//!   the core's in-process effect ledger.
 //! * [`NativeLeaseSession`]: the core's execute-with-lease state (Python owns the heartbeat
 //!   thread or task).
-//! * Canonical JSON, receipt verification, and SQL rendering/decoding for the SQL stores
+//! * The core's rules as functions (the expiry and liveness rules, the heartbeat cadence),
+//!   canonical JSON, receipt verification, and SQL rendering/decoding for the SQL stores
 //!   written in Python (`sqlite3`, psycopg).
 //!
-//! Everything that crosses the boundary is JSON text, a `str`, an `int` or a `bool`.
-//! Failures are raised as the package's exception class for the core's stable code
+//! Apart from the records, what crosses the boundary is JSON text, a `str`, an `int` or a
+//! `bool`. Failures are raised as the package's exception class for the core's stable code
 //! (`heart_fleet.errors.error_for_code`); nothing here panics. Every class is `Send + Sync`
 //! (a mutex around the bridge value), so a heartbeat thread may use a fleet.
 
@@ -124,6 +131,9 @@ impl NativeFleet {
         ttl_seconds: &Bound<'_, PyAny>,
     ) -> PyResult<Option<FencedOutcome>> {
         let (Some(fence), Some(ttl)) = (plain_token(fence), plain_int(ttl_seconds)) else { return Ok(None) };
+        if !(1..=heart_fleet_core::ops::MAX_TTL_SECONDS).contains(&ttl) {
+            return Ok(None); // the checked path names the package's argument
+        }
         let outcome = locked(&self.inner)?.renew_typed(&fence, ttl);
         typed(py, outcome, self.sink.get(), |f| FencedOutcome::from_core(py, FencedCore::Token(f)))
     }
@@ -209,7 +219,7 @@ fn plain_text<'a>(v: &'a Bound<'_, PyAny>) -> Option<&'a str> {
 }
 
 /// An `int` (not a `bool`) that fits 64 bits.
-fn plain_int(v: &Bound<'_, PyAny>) -> Option<i64> {
+pub(crate) fn plain_int(v: &Bound<'_, PyAny>) -> Option<i64> {
     if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
         return None;
     }
@@ -519,7 +529,7 @@ fn instance_expired_ms(status: &str, last_heartbeat_ms: f64, now_ms: f64, ttl_ms
 
 /// The reference's in-process effect ledger (the core's `MemoryEffectLedger`): each
 /// `(run_id, effect_key)` is recorded once. Lost on restart; safe to share between threads.
-#[pyclass(module = "heart_fleet", frozen)]
+#[pyclass(module = "heart_fleet._native", frozen)]
 pub struct MemoryEffectLedger {
     inner: Mutex<heart_fleet_core::MemoryEffectLedger>,
 }
@@ -542,8 +552,7 @@ impl MemoryEffectLedger {
 /// A non-empty `str` without a lone surrogate, or the package's coded error naming `name`.
 fn checked_text<'a>(name: &str, v: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
     let Ok(s) = v.cast::<PyString>() else {
-        let kind = v.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-        return Err(typed_error(&format!("{name} must be a str, got {kind}")));
+        return Err(typed_error(&format!("{name} must be a str, got {}", describe(v))));
     };
     match s.to_str() {
         Ok("") => Err(coded(ErrorCode::InvalidInput, &format!("{name} must be a non-empty string"))),
@@ -553,6 +562,15 @@ fn checked_text<'a>(name: &str, v: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
             &format!("{name} must be a well-formed string, got one with a lone surrogate (no UTF-8 form)"),
         )),
     }
+}
+
+/// A value for an error message, as the package describes one: its type and its `repr`, cut at 60 characters.
+fn describe(v: &Bound<'_, PyAny>) -> String {
+    let kind = v.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+    let text = v.repr().map(|r| r.to_string()).unwrap_or_default();
+    let text =
+        if text.chars().count() > 60 { format!("{}...", text.chars().take(57).collect::<String>()) } else { text };
+    format!("{kind} {text}")
 }
 
 /// The package's `InvalidTypeError` (a `TypeError` with code `invalid-input`).

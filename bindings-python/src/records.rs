@@ -2,18 +2,23 @@
 //! [`HeartReceipt`], [`AcquireResult`] and [`FencedOutcome`] (the package exports them under
 //! those names).
 //!
-//! Each is immutable and behaves as the frozen dataclass it replaces: positional or keyword
-//! construction in field order (the optional fields default to `None`), `==` and `hash` by
-//! value, a `repr` naming every field, `to_dict()` in the reference's JSON shape (camelCase
-//! keys for tokens, receipts and results, the table's snake_case column names for rows; an
-//! optional field left out when it is `None`), `from_json(mapping)` back from that shape,
-//! pickling and `copy`.
+//! Each is immutable and keeps what its users relied on from the frozen dataclass it
+//! replaces: positional or keyword construction in field order (the optional fields default
+//! to `None`), `==` and `hash` by value, a `repr` naming every field, `match` patterns,
+//! `to_dict()` in the reference's JSON shape (camelCase keys for tokens, receipts and results,
+//! the table's snake_case column names for rows; an optional field left out when it is
+//! `None`), `from_json(mapping)` back from that shape, pickling and `copy`. They are not
+//! dataclasses: `dataclasses.replace` and `asdict` do not take them (`to_dict`/`from_json`
+//! do that work), assigning a field raises `AttributeError`, and a pickle of the old
+//! dataclasses does not load.
 //!
 //! A record made in Python (its constructor, `from_json`) keeps the values it was given. The
 //! lease cycle on the Rust memory store makes its records from the core's values instead
 //! (`from_core`, no JSON in between) and builds each field's Python object the first time it
 //! is read, then keeps it ([`Fields`]): a sink that only counts receipts, or a caller that
-//! reads a result's token and not its row, pays for no string it does not read. The methods
+//! reads a row's status and not its timestamps, pays for no string it does not read. A
+//! nested record (a result's run and token, an outcome's value) is made with its parent,
+//! its own fields again on first read. The methods
 //! above are written once, over a class's field list ([`Spec`]) and its `build` of one field
 //! from the core's value.
 
@@ -136,13 +141,21 @@ impl<C, const N: usize> Fields<C, N> {
     }
 }
 
-/// A nested record as its dict (`to_dict`), anything else as it is.
+/// A nested record (any of the package's results: an instance of `heart_fleet.types.Record`)
+/// as its dict, a list of them as a list of dicts, anything else as it is.
 fn nested_dict<'py>(v: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    if let Ok(r) = v.cast::<RunRow>() {
-        return Ok(r.get().to_dict(v.py())?.into_any());
+    let py = v.py();
+    let record = py.import("heart_fleet.types").and_then(|m| m.getattr("Record"));
+    let Ok(record) = record else { return Ok(v.clone()) };
+    if v.is_instance(&record)? {
+        return v.call_method0("to_dict");
     }
-    if let Ok(t) = v.cast::<FencingToken>() {
-        return Ok(t.get().to_dict(v.py())?.into_any());
+    if let Ok(list) = v.cast::<PyList>()
+        && let Ok(first) = list.get_item(0)
+        && first.is_instance(&record)?
+    {
+        let items = list.iter().map(|x| x.call_method0("to_dict")).collect::<PyResult<Vec<_>>>()?;
+        return Ok(PyList::new(py, items)?.into_any());
     }
     Ok(v.clone())
 }
@@ -315,13 +328,7 @@ impl FencingToken {
             return Some(Cow::Borrowed(core));
         }
         let epoch = self.fields.cells[3].get()?.bind(py);
-        let epoch = if epoch.is_none() {
-            None
-        } else if epoch.is_instance_of::<PyBool>() {
-            return None;
-        } else {
-            Some(epoch.extract::<i64>().ok()?)
-        };
+        let epoch = if epoch.is_none() { None } else { Some(crate::plain_int(epoch)?) };
         let f = &self.fields;
         let expires = f.given_text(py, 2)?;
         heart_fleet_core::bridge::token_of(f.given_text(py, 0)?, f.given_text(py, 1)?, &expires, epoch)

@@ -118,28 +118,90 @@ def test_a_record_reads_each_field_once() -> None:
     assert a.fence is a.fence and a.run is a.run and a.run.id is a.run.id
 
 
-def test_arguments_that_are_not_plain_take_the_checked_path() -> None:
-    """What the fast path does not take (a mapping token, a str subclass, a bad status) gives
-    what the checked path gives."""
+class _Index:
+    """An int-like value that is no int (a numpy integer, say)."""
+
+    def __index__(self) -> int:
+        return 1
+
+    def __repr__(self) -> str:
+        return "Index(1)"
+
+
+def _outcome(call: Any) -> Any:
+    try:
+        out = call()
+    except Exception as e:  # noqa: BLE001 - the outcome compared is the exception itself
+        return (type(e).__name__, getattr(e, "code", None), str(e))
+    return out.to_dict() if isinstance(out, hf.types.Record) else out
+
+
+def test_the_memory_stores_fast_path_answers_as_the_driven_path() -> None:
+    """Every argument the lease cycle's fast path takes or passes on (str subclasses, mapping
+    tokens, tokens made with odd fields, out-of-range ttls, bad statuses, an int-like epoch)
+    gives the same result or the same error, message included, and the same counters, as a
+    store object answering the same store through the driven path."""
 
     class Name(str):
         pass
 
+    class Text:
+        def __init__(self, m: hf.MemoryLeaseStore) -> None:
+            self.m = m
+
+        def execute_json(self, text: str) -> str:
+            return self.m.execute_json(text)
+
+    def run(memory_answers: bool) -> list[Any]:
+        memory = hf.MemoryLeaseStore(T0)
+        memory.insert({"id": "r1"})
+        heart = hf.HeartFleet(memory if memory_answers else Text(memory))
+        a = heart.acquire(Name("r1"), Name("w"), 60)
+        assert a.fence is not None
+        t = a.fence
+        expires = t.lease_expires_at
+        calls = [
+            lambda: heart.acquire("r1", "w", 0),
+            lambda: heart.acquire("", "w", 60),
+            lambda: heart.acquire("r1", "w", 31_536_001),
+            lambda: heart.acquire("r1", "other", 60),
+            lambda: heart.acquire("r1", "w", True),
+            lambda: heart.verify_fence(t.to_dict()),
+            lambda: heart.verify_fence(hf.FencingToken("r1", "w", expires, 1)),
+            lambda: heart.verify_fence(hf.FencingToken(1, "w", expires)),  # type: ignore[arg-type]
+            lambda: heart.verify_fence(hf.FencingToken("r1", "w", "not a time")),
+            lambda: heart.verify_fence(hf.FencingToken("r1", "w", expires, True)),  # type: ignore[arg-type]
+            lambda: heart.verify_fence(hf.FencingToken("r1", "w", expires, _Index())),  # type: ignore[arg-type]
+            lambda: heart.verify_fence(hf.FencingToken("", "w", expires, 1)),
+            lambda: heart.verify_fence(hf.FencingToken("r1\ud800", "w", expires, 1)),
+            lambda: heart.try_renew(t, 0),
+            lambda: heart.try_renew(hf.FencingToken("", "w", expires, 1), 0),
+            lambda: heart.try_renew(t, 31_536_001),
+            lambda: heart.try_release(t, "done"),
+            lambda: heart.try_release(t, Name("ready")),
+            lambda: heart.try_renew(t, 30),
+            lambda: heart.try_release(t, "completed"),
+            lambda: heart.try_release(t, "completed"),
+        ]
+        return [_outcome(c) for c in calls] + [heart.metrics.to_dict()]
+
+    fast, driven = run(memory_answers=True), run(memory_answers=False)
+    for i, (a, b) in enumerate(zip(fast, driven)):
+        assert a == b, f"call {i}: {a!r} != {b!r}"
+    assert fast[0] == {"acquired": False, "run": None, "reason": "Invalid input", "code": "invalid-input"}
+    assert fast[-1]["acquireAttempts"] == 2, "invalid input is not an attempt (the first acquire and the lost one are)"
+
+
+def test_records_made_in_rust_pickle_and_hash_as_the_dataclasses_did() -> None:
     memory = hf.MemoryLeaseStore(T0)
-    memory.insert({"id": "r1"})
-    heart = hf.HeartFleet(memory)
-    a = heart.acquire(Name("r1"), "w", 60)
-    assert a.acquired and a.fence is not None
-    assert heart.verify_fence(a.fence.to_dict()) is True
-    assert heart.verify_fence(hf.FencingToken("r1", "w", a.fence.lease_expires_at, a.fence.epoch)) is True
-    with pytest.raises(hf.InvalidInputError, match="next_status must be one of"):
-        heart.release(a.fence, "done")
-    with pytest.raises(hf.InvalidTypeError):
-        heart.verify_fence(hf.FencingToken(1, "w", T1))  # type: ignore[arg-type]
-    with pytest.raises(hf.InvalidInputError):
-        heart.verify_fence(hf.FencingToken("r1", "w", "not a time"))
-    assert heart.acquire("r1", "w", 0).to_dict() == {"acquired": False, "run": None, "reason": "Invalid input", "code": "invalid-input"}
-    assert heart.metrics.fence_verifications == 2
+    memory.insert({"id": "r1", "budget": {"usd": 2}})
+    a = hf.HeartFleet(memory).acquire("r1", "w", 60)
+    assert pickle.loads(pickle.dumps(a)) == a and copy.deepcopy(a) == a
+    assert hash(a.fence) == hash(hf.FencingToken.from_json(a.fence.to_dict()))
+    with pytest.raises(TypeError):
+        hash(a.run)  # a row holds a list (required_capabilities), as the dataclass did
+    nested = hf.FencedOutcome("ok", value=[a.fence, a.fence])
+    assert nested.to_dict()["value"] == [a.fence.to_dict()] * 2
 
 
 class _Stop(BaseException):

@@ -1,7 +1,8 @@
 """Type stubs of the native module (heart_fleet._native, pyo3 over heart_fleet_core::bridge).
 
 Private: the public API is the heart_fleet package. The lease cycle's record classes are
-built in Rust (the package exports them); everything else crosses as JSON text.
+built in Rust (the package exports them); apart from them, what crosses is JSON text, a str,
+an int or a bool.
 """
 
 from collections.abc import Callable, Mapping

@@ -46,19 +46,25 @@ def is_lease_expired(run: RunRow | Mapping[str, Any], now: Instant) -> bool:
     return _native.lease_expired_ms(_expiry_ms(run), to_ms("now", now))
 
 
+def _status(row: object) -> str:
+    """A row's status as the core reads it: a value that is no well-formed ``str`` is no status."""
+    status = _field(row, "status")
+    return status if isinstance(status, str) and _check.wellformed(status) else ""
+
+
 def can_acquire(run: RunRow | Mapping[str, Any], now: Instant) -> bool:
-    """``ready``, or ``leased`` / ``running`` with an expired lease (the core's rule)."""
-    status = _field(run, "status")
-    return isinstance(status, str) and _native.can_acquire_ms(status, _expiry_ms(run), to_ms("now", now))
+    """``ready``, or ``leased`` / ``running`` with an expired lease (the core's rule). A
+    timestamp that is not one is ``InvalidInputError`` whatever the status."""
+    return _native.can_acquire_ms(_status(run), _expiry_ms(run), to_ms("now", now))
 
 
 def is_instance_expired(
     instance: InstanceRow | Mapping[str, Any], now: Instant, ttl_ms: int = DEFAULT_LIVENESS_TTL_MS
 ) -> bool:
-    """Dead, or silent for strictly more than ``ttl_ms`` (the core's rule)."""
-    status = _field(instance, "status")
+    """Dead, or silent for strictly more than ``ttl_ms`` (the core's rule). A timestamp that
+    is not one is ``InvalidInputError`` whatever the status."""
     heartbeat = to_ms("last_heartbeat", _field(instance, "last_heartbeat"))
-    return _native.instance_expired_ms(str(status), heartbeat, to_ms("now", now), ttl_ms)
+    return _native.instance_expired_ms(_status(instance), heartbeat, to_ms("now", now), ttl_ms)
 
 
 def dead_instance_ids(

@@ -125,9 +125,7 @@ class Record(metaclass=ABCMeta):
         return out
 
 
-
-
-
+#: The lease cycle's records, built in Rust (``bindings-python/src/records.rs``).
 FencingToken = _native.FencingToken
 RunRow = _native.RunRow
 HeartReceipt = _native.HeartReceipt
@@ -136,6 +134,7 @@ FencedOutcome = _native.FencedOutcome
 for _native_record in (FencingToken, RunRow, HeartReceipt, AcquireResult, FencedOutcome):
     Record.register(_native_record)
 del _native_record
+
 
 @dataclass(frozen=True, slots=True)
 class IntentRow(Record):

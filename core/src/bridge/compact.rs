@@ -22,6 +22,10 @@
 //! marker characters, a token without an epoch) is answered with the step's JSON text, as
 //! [`BridgeFleet::begin`] would answer it; it starts with `{`, which no tag does. So the
 //! compact form is an encoding of the common answers, never a second set of rules.
+//!
+//! The typed outcomes these answers are written from, [`BridgeFleet::acquire_typed`] and its
+//! siblings, are public too: a host that builds its objects from Rust values, as the Python
+//! module does, takes them instead.
 
 use std::fmt::Write as _;
 

@@ -9,9 +9,12 @@
 //!   its name and JSON arguments, starts it, and speaks the step protocol below. With a
 //!   [`BridgeMemoryStore`] attached, store requests are answered in place, so an operation
 //!   on the memory store finishes inside one call.
-//! * [`BridgeFleet::acquire_compact`] and its siblings (renew, release, verify): the lease
-//!   cycle on an attached memory store with typed arguments and a compact answer instead of
-//!   JSON (the format is in the `compact` module's docs; [`compact_layouts`] exports it).
+//! * [`BridgeFleet::acquire_typed`] and its siblings (renew, release, verify): the lease
+//!   cycle on an attached memory store with typed arguments, answering the core's values and
+//!   the receipts for the host's sink (the Python module builds its records from them); and
+//!   [`BridgeFleet::acquire_compact`] and its siblings, the same answers written in a compact
+//!   text instead of JSON (the format is in the `compact` module's docs; [`compact_layouts`]
+//!   exports it) for the JavaScript hosts.
 //! * [`BridgeMemoryStore`]: a shared handle on the [`MemoryStore`](crate::MemoryStore), with
 //!   JSON accessors for tests.
 //! * [`BridgeSession`]: the execute-with-lease state ([`crate::session::LeaseSession`]); the
@@ -21,7 +24,7 @@
 //!   snapshot of rows (for stores that decide outside a database), and the conformance
 //!   replay every binding compares itself with.
 //!
-//! Everything else crossing the bridge is JSON text, a string, a boolean or an `i64` well inside
+//! Apart from the typed outcomes, what crosses the bridge is JSON text, a string, a boolean or an `i64` well inside
 //! 2^53, so no host loses precision. Failures are [`HeartError`]s whose
 //! [`code`](HeartError::code) is the stable code the binding shows. Every handle is `Send`
 //! (the state sits behind `Arc<Mutex<_>>`), so a host may renew from a heartbeat thread.
