@@ -171,13 +171,11 @@ class HeartFleet:
         return [HeartReceipt.from_json(r) for r in json.loads(self._native.receipts_json())]
 
     def _deliver(self, receipts: list[dict[str, Any]]) -> None:
-        self._deliver_records([HeartReceipt.from_json(r) for r in receipts])
-
-    def _deliver_records(self, receipts: list[HeartReceipt]) -> None:
         # The core's delivery: in order, a sink's errors swallowed (as in the reference), an
         # awaitable it returns run in the background.
         if self._on_receipt is not None:
-            _native.deliver_receipts(self._on_receipt, _schedule, receipts)
+            records = [HeartReceipt.from_json(r) for r in receipts]
+            _native.deliver_receipts(self._on_receipt, _schedule, records)
 
     def _held(self) -> _receipt_table.HeldTransaction | None:
         """A held transaction for one operation, when receipts commit with their writes."""
