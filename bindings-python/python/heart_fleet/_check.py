@@ -221,31 +221,49 @@ def _binding_checked(f: Callable[..., Any]) -> Callable[..., Any]:
     are, without packing them into a tuple and a dict (a fifth of the lease cycle's Python
     time did that); a call that would not bind is made again as given, for Python's own
     message, raised as :class:`InvalidTypeError`."""
-    params = list(inspect.signature(f).parameters.values())
-    if any(p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.name.startswith("_") for p in params):
-        return _packing_checked(f)  # (a leading underscore could meet the wrapper's own names)
-    names = [p.name for p in params]
-    defaults = {f"_d{i}": (_LEFT_OUT if p.default is p.empty else p.default) for i, p in enumerate(params)}
-    positional = [f"{p.name}=_d{i}" for i, p in enumerate(params) if p.kind is p.POSITIONAL_OR_KEYWORD]
-    keyword = [f"{p.name}=_d{i}" for i, p in enumerate(params) if p.kind is p.KEYWORD_ONLY]
-    call = ", ".join(n if p.kind is p.POSITIONAL_OR_KEYWORD else f"{n}={n}" for n, p in zip(names, params))
-    left_out = " or ".join(f"{n} is _LEFT_OUT" for n, p in zip(names, params) if p.default is p.empty) or "False"
-    given = ", ".join(f"({n!r}, {n}, {p.kind is p.KEYWORD_ONLY})" for n, p in zip(names, params))
-    source = (
-        f"def checked({', '.join([*positional, '*_extra', *keyword, '**_unknown'])}):\n"
-        f"    if _extra or _unknown or {left_out}:\n"
-        f"        _refuse(_f, ({given},), _extra, _unknown)\n"
-        f"    return _f({call})\n"
-    )
-    namespace: dict[str, Any] = {"_f": f, "_LEFT_OUT": _LEFT_OUT, "_refuse": _refuse, **defaults}
-    exec(source, namespace)  # noqa: S102 - the source is built above from f's own parameter names
-    checked: Callable[..., Any] = namespace["checked"]
+    bound = binding(f)
+    if bound is None:
+        return _packing_checked(f)
+    header, check, call, namespace = bound
+    source = f"def checked({header}):\n{check}    return _f({call})\n"
+    checked: Callable[..., Any] = generated(source, "checked", {**namespace, "_f": f})
     return checked
 
 
-def _refuse(f: Callable[..., Any], given: tuple[tuple[str, Any, bool], ...], extra: tuple[Any, ...], unknown: dict[str, Any]) -> NoReturn:
+def binding(f: Callable[..., Any], skip: int = 0) -> tuple[str, str, str, dict[str, Any]] | None:
+    """The parts of a generated function that takes ``f``'s parameters (after the first
+    ``skip``, which it passes through as they are) without failing to bind: its parameter list,
+    the check that refuses a call that would not have bound ``f`` (through :func:`_refuse`,
+    indented for a function body), ``f``'s call arguments, and the names they refer to. None
+    when ``f`` has ``*args``/``**kwargs`` or a parameter named with a leading underscore."""
+    params = list(inspect.signature(f).parameters.values())
+    if any(p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.name.startswith("_") for p in params):
+        return None  # (a leading underscore could meet the generated names)
+    passed, params = [p.name for p in params[:skip]], params[skip:]
+    defaults = {f"_d{i}": (_LEFT_OUT if p.default is p.empty else p.default) for i, p in enumerate(params)}
+    positional = [f"{p.name}=_d{i}" for i, p in enumerate(params) if p.kind is p.POSITIONAL_OR_KEYWORD]
+    keyword = [f"{p.name}=_d{i}" for i, p in enumerate(params) if p.kind is p.KEYWORD_ONLY]
+    call = ", ".join([*passed, *(p.name if p.kind is p.POSITIONAL_OR_KEYWORD else f"{p.name}={p.name}" for p in params)])
+    left_out = " or ".join(f"{p.name} is _LEFT_OUT" for p in params if p.default is p.empty) or "False"
+    given = "".join(f"({p.name!r}, {p.name}, {p.kind is p.KEYWORD_ONLY}), " for p in params)
+    header = ", ".join([*passed, *positional, "*_extra", *keyword, "**_unknown"])
+    through = "".join(f"{n}, " for n in passed)
+    check = f"    if _extra or _unknown or {left_out}:\n        _refuse(_f, ({given}), _extra, _unknown, ({through}))\n"
+    return header, check, call, {"_LEFT_OUT": _LEFT_OUT, "_refuse": _refuse, **defaults}
+
+
+def generated(source: str, name: str, namespace: dict[str, Any]) -> Any:
+    """The function ``name`` defined by ``source`` (built by this package from a function's
+    own parameter names, see :func:`binding`) over ``namespace``."""
+    exec(source, namespace)  # noqa: S102 - the source is built from a function's own parameter names
+    return namespace[name]
+
+
+def _refuse(
+    f: Callable[..., Any], given: tuple[tuple[str, Any, bool], ...], extra: tuple[Any, ...], unknown: dict[str, Any], passed: tuple[Any, ...] = ()
+) -> NoReturn:
     """Makes the call that did not bind as the caller made it, and raises its TypeError coded."""
-    args = [v for _, v, kw in given if not kw and v is not _LEFT_OUT]
+    args = [*passed, *(v for _, v, kw in given if not kw and v is not _LEFT_OUT)]
     kwargs = {n: v for n, v, kw in given if kw and v is not _LEFT_OUT}
     try:
         f(*args, *extra, **kwargs, **unknown)
@@ -274,7 +292,8 @@ def coded_methods(cls: type) -> type:
     """Applies :func:`coded_call` to ``cls.__init__`` and every public method (not to
     properties, static or class methods)."""
     for name, member in list(vars(cls).items()):
-        if (name == "__init__" or not name.startswith("_")) and inspect.isfunction(member):
+        coded = getattr(member, "__coded__", False)  # generated with its own check (_driver.twins)
+        if (name == "__init__" or not name.startswith("_")) and inspect.isfunction(member) and not coded:
             setattr(cls, name, coded_call(member))
     return cls
 

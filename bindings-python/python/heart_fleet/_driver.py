@@ -24,9 +24,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Callable, Generator
-from typing import Any, Protocol, TypeVar
+import types
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, Concatenate, NamedTuple, ParamSpec, Protocol, TypeVar, overload
 
+from . import _check
 from .errors import InvalidTypeError, StoreUnavailableError, error_for_code
 
 _T = TypeVar("_T")
@@ -412,4 +414,90 @@ def ok_of(step: dict[str, Any]) -> Any:
     return step.get("ok")
 
 
-__all__ = ["CancelledAfterCommit", "Host", "drive_async", "drive_sync", "ok_of", "run_async", "run_sync", "start", "steps", "message_of"]
+class Plan(NamedTuple):
+    """An operation for the core to run through the store: its kind (the API's name), its
+    arguments as JSON text, and what makes the caller's value of the final one."""
+
+    kind: str
+    args: str
+    post: Callable[[Any], Any]
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_S = TypeVar("_S")
+
+
+@overload
+def twins(
+    op: Callable[Concatenate[_S, _P], _R | Plan], *, fast: str | None = None
+) -> tuple[Callable[Concatenate[_S, _P], _R], Callable[Concatenate[_S, _P], Coroutine[Any, Any, _R]]]: ...
+
+
+@overload
+def twins(
+    op: Callable[Concatenate[_S, _P], _R | Plan], *, fast: str | None = None, then: Callable[[_R], _T], name: str, doc: str
+) -> tuple[Callable[Concatenate[_S, _P], _T], Callable[Concatenate[_S, _P], Coroutine[Any, Any, _T]]]: ...
+
+
+def twins(
+    op: Callable[..., Any],
+    *,
+    fast: str | None = None,
+    then: Callable[[Any], Any] | None = None,
+    name: str | None = None,
+    doc: str | None = None,
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """A blocking method and its ``*_async`` twin generated from one definition.
+
+    ``op(self, ...)`` (named ``_<method>``) checks its arguments and returns the answer when it
+    has one without the store (a bad value's documented shape), or a :class:`Plan`: the
+    blocking method runs it with ``self._run(plan)``, the twin with ``await
+    self._run_async(plan)``. ``fast`` names the native fleet's method that answers the
+    operation inside Rust on the memory store (``None`` when it cannot: ``op`` then checks
+    and plans); ``then`` maps the answer (``release`` is ``try_release``'s value), under
+    ``name`` with ``doc``. Both methods take ``op``'s parameters, docs and signature and refuse
+    a call that would not bind as :func:`_check.coded_call` does (an ``InvalidTypeError``),
+    with no wrapper around them: on the memory store an operation is one Python frame (one
+    coroutine in asyncio) around the native call."""
+    name = name or op.__name__.lstrip("_")
+    owner = op.__qualname__.rpartition(".")[0]
+    bound = _check.binding(op, skip=1)
+    if bound is None:
+        raise TypeError(f"twins: {op.__qualname__} has *args, **kwargs or a parameter with a leading underscore")
+    header, check, call, namespace = bound
+    # What a call that does not bind is made again with, for Python's message naming the method.
+    for stub, called in (("_f", name), ("_fa", f"{name}_async")):
+        namespace[stub] = refused = types.FunctionType(
+            op.__code__.replace(co_name=called, co_qualname=f"{owner}.{called}"), op.__globals__, called, op.__defaults__
+        )
+        refused.__kwdefaults__ = op.__kwdefaults__
+    namespace.update(_op=op, _Plan=Plan, _then=then)
+    this, _, args = call.partition(", ")
+    out = "_then(r)" if then else "r"
+    body = check.replace("{", "{{").replace("}", "}}").replace("_refuse(_f,", "_refuse({refused},")
+    if fast is not None:
+        body += f"    if {this}._memory:\n        r = {this}._native.{fast}({args})\n        if r is not None:\n            return {out}\n"
+    body += f"    r = _op({call})\n    if type(r) is _Plan:\n        r = {{run}}\n    return {out}\n"
+    source = (
+        f"def {name}({header}):\n" + body.format(refused="_f", run=f"{this}._run(r)") + "\n"
+        f"async def {name}_async({header}):\n" + body.format(refused="_fa", run=f"await {this}._run_async(r)")
+    )
+    _check.generated(source, name, namespace)
+    signature = inspect.signature(op)
+    returns = signature.return_annotation
+    if then is not None:
+        returns = inspect.signature(then).return_annotation
+    elif isinstance(returns, str):
+        returns = returns.replace(" | Plan", "")
+    made = (namespace[name], namespace[f"{name}_async"])
+    for fn, text in zip(made, (doc or op.__doc__, f":meth:`{name}`, awaiting the store.")):
+        fn.__qualname__ = f"{owner}.{fn.__name__}"
+        fn.__module__ = op.__module__
+        fn.__doc__ = text
+        fn.__signature__ = signature.replace(return_annotation=returns)
+        fn.__coded__ = True  # _check.coded_methods leaves it as it is
+    return made
+
+
+__all__ = ["CancelledAfterCommit", "Plan", "twins", "Host", "drive_async", "drive_sync", "ok_of", "run_async", "run_sync", "start", "steps", "message_of"]

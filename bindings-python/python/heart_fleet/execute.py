@@ -462,11 +462,13 @@ class LeaseScope(Generic[T]):
         if isinstance(s, ExecuteResult):
             return s
         started = s.tick()
-        plan = HeartFleet._acquire(self.run_id, self.owner, self.ttl_seconds)
-        if plan is None:
-            return self._not_run(await self.heart.acquire_async(self.run_id, self.owner, self.ttl_seconds))
-        step = await _driver.drive_async(self.heart, plan[0], plan[1])
-        acq = plan[2](_driver.ok_of(step))
+        # The acquire's plan run here, not through acquire_async, to see its final step's
+        # cancellation mark.
+        acq = self.heart._acquire(self.run_id, self.owner, self.ttl_seconds)
+        step: dict[str, Any] = {}
+        if isinstance(acq, _driver.Plan):
+            step = await _driver.drive_async(self.heart, acq.kind, acq.args)
+            acq = acq.post(_driver.ok_of(step))
         if not acq.acquired or acq.fence is None:
             return self._not_run(acq)
         self._on_acquired(s, acq.fence, started)

@@ -8,8 +8,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from . import _check, _driver, _receipt_table
-from . import _native
+from . import _check, _driver, _native, _receipt_table
+from ._driver import Plan, twins
 from .errors import InvalidTypeError
 from .memory import MemoryLeaseStore
 from .types import (
@@ -26,9 +26,6 @@ from .types import (
 )
 
 __all__ = ["HeartFleet", "ensure_resource_run", "ensure_resource_run_async", "check_store"]
-
-#: (kind, args JSON text, post-processing of the final value)
-Plan = tuple[str, str, Callable[[Any], Any]]
 
 #: How long (seconds) an ``*_async`` operation waits for one answer of an asyncio store: the
 #: core's default (``defaults.storeTimeoutMs`` of its contract).
@@ -81,7 +78,13 @@ def _instances(v: Any) -> list[InstanceRow]:
     return [InstanceRow.from_json(r) for r in v]
 
 
-def _value(outcome: FencedOutcome) -> Any:
+def _token(outcome: FencedOutcome) -> FencingToken | None:
+    """A renewal's new token, or ``None`` when it was rejected."""
+    return outcome.value if outcome.ok else None
+
+
+def _row(outcome: FencedOutcome) -> RunRow | None:
+    """A release's row, or ``None`` when it was rejected."""
     return outcome.value if outcome.ok else None
 
 
@@ -185,6 +188,10 @@ class HeartFleet:
         return self._on_receipt.hold()
 
     # -- running plans ---------------------------------------------------------------------
+    #
+    # Each operation is written once, as ``_<name>(self, ...)``: it checks its arguments and
+    # returns the answer when it has one without the store, or a Plan for the core to run.
+    # ``twins`` makes the blocking method and its ``*_async`` twin from it.
 
     def _run(self, plan: Plan, host: Any = None) -> Any:
         kind, args, post = plan
@@ -196,22 +203,7 @@ class HeartFleet:
 
     # -- acquire ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _acquire(run_id: object, owner: object, ttl_seconds: object) -> Plan | None:
-        for name, v in (("run_id", run_id), ("owner", owner)):
-            if not isinstance(v, str):
-                _check.type_error(f"{name} must be a str, got {_check.describe(v)}")
-        if not _check.is_int(ttl_seconds):
-            _check.type_error(f"ttl_seconds must be an int, got {_check.describe(ttl_seconds)}")
-        assert isinstance(ttl_seconds, int)
-        if run_id == "" or owner == "" or not 1 <= ttl_seconds <= _check.MAX_TTL_SECONDS:
-            return None
-        assert isinstance(run_id, str) and isinstance(owner, str)
-        if not _check.wellformed(run_id) or not _check.wellformed(owner):
-            return None  # a lone surrogate: the reference's shape for a bad value
-        return ("acquire", _args(runId=run_id, owner=owner, ttlSeconds=ttl_seconds), AcquireResult.from_json)
-
-    def acquire(self, run_id: str, owner: str, ttl_seconds: int) -> AcquireResult:
+    def _acquire(self, run_id: str, owner: str, ttl_seconds: int) -> AcquireResult | Plan:
         """Acquires a fenced lease on a run: ``AcquireResult(acquired, run, fence?, reason?, code?)``.
 
         A held run, a quarantined run or a missing run answer ``acquired=False`` with the
@@ -220,261 +212,152 @@ class HeartFleet:
         ``code="invalid-input"``; a value of the wrong type raises ``InvalidTypeError``. A
         store failure raises ``StoreUnavailableError``.
         """
-        if self._memory and (done := self._native.acquire(run_id, owner, ttl_seconds)) is not None:
-            return done
-        plan = self._acquire(run_id, owner, ttl_seconds)
-        return _INVALID_ACQUIRE if plan is None else self._run(plan)
+        for name, v in (("run_id", run_id), ("owner", owner)):
+            if not isinstance(v, str):
+                _check.type_error(f"{name} must be a str, got {_check.describe(v)}")
+        if not _check.is_int(ttl_seconds):
+            _check.type_error(f"ttl_seconds must be an int, got {_check.describe(ttl_seconds)}")
+        if run_id == "" or owner == "" or not 1 <= ttl_seconds <= _check.MAX_TTL_SECONDS:
+            return _INVALID_ACQUIRE
+        if not _check.wellformed(run_id) or not _check.wellformed(owner):
+            return _INVALID_ACQUIRE  # a lone surrogate: the reference's shape for a bad value
+        return Plan("acquire", _args(runId=run_id, owner=owner, ttlSeconds=ttl_seconds), AcquireResult.from_json)
 
-    async def acquire_async(self, run_id: str, owner: str, ttl_seconds: int) -> AcquireResult:
-        """:meth:`acquire`, awaiting the store."""
-        if self._memory and (done := self._native.acquire(run_id, owner, ttl_seconds)) is not None:
-            return done
-        plan = self._acquire(run_id, owner, ttl_seconds)
-        return _INVALID_ACQUIRE if plan is None else await self._run_async(plan)
+    acquire, acquire_async = twins(_acquire, fast="acquire")
 
     # -- renew / release / verify ------------------------------------------------------------
 
-    @staticmethod
-    def _renew(fence: object, ttl_seconds: object) -> Plan:
+    def _try_renew(self, fence: FencingToken, ttl_seconds: int) -> FencedOutcome | Plan:
+        """Renews the lease: ``FencedOutcome("ok", value=<new token>)`` or ``("rejected", cause=...)``."""
         f = _check.fence("fence", fence)
         ttl = _check.integer("ttl_seconds", ttl_seconds, 1, _check.MAX_TTL_SECONDS)
-        return ("renew", _args(fence=f, ttlSeconds=ttl), _fenced_token)
+        return Plan("renew", _args(fence=f, ttlSeconds=ttl), _fenced_token)
 
-    def try_renew(self, fence: FencingToken, ttl_seconds: int) -> FencedOutcome:
-        """Renews the lease: ``FencedOutcome("ok", value=<new token>)`` or ``("rejected", cause=...)``."""
-        if self._memory and (done := self._native.renew(fence, ttl_seconds)) is not None:
-            return done
-        return self._run(self._renew(fence, ttl_seconds))  # type: ignore[no-any-return]
+    try_renew, try_renew_async = twins(_try_renew, fast="renew")
+    renew, renew_async = twins(
+        _try_renew,
+        fast="renew",
+        then=_token,
+        name="renew",
+        doc="The new token, or ``None`` when the token no longer holds the lease.",
+    )
 
-    async def try_renew_async(self, fence: FencingToken, ttl_seconds: int) -> FencedOutcome:
-        """:meth:`try_renew`, awaiting the store."""
-        if self._memory and (done := self._native.renew(fence, ttl_seconds)) is not None:
-            return done
-        return await self._run_async(self._renew(fence, ttl_seconds))  # type: ignore[no-any-return]
-
-    def renew(self, fence: FencingToken, ttl_seconds: int) -> FencingToken | None:
-        """The new token, or ``None`` when the token no longer holds the lease."""
-        return _value(self.try_renew(fence, ttl_seconds))  # type: ignore[no-any-return]
-
-    async def renew_async(self, fence: FencingToken, ttl_seconds: int) -> FencingToken | None:
-        """:meth:`renew`, awaiting the store."""
-        return _value(await self.try_renew_async(fence, ttl_seconds))  # type: ignore[no-any-return]
-
-    @staticmethod
-    def _release(fence: object, next_status: object) -> Plan:
+    def _try_release(self, fence: FencingToken, next_status: str = "completed") -> FencedOutcome | Plan:
+        """Releases the lease: ``FencedOutcome("ok", value=<row>)`` or ``("rejected", cause=...)``."""
         f = _check.fence("fence", fence)
         to = _check.status("next_status", next_status, _check.NEXT_STATUSES)
-        return ("release", _args(fence=f, nextStatus=to), _fenced_row)
+        return Plan("release", _args(fence=f, nextStatus=to), _fenced_row)
 
-    def try_release(self, fence: FencingToken, next_status: str = "completed") -> FencedOutcome:
-        """Releases the lease: ``FencedOutcome("ok", value=<row>)`` or ``("rejected", cause=...)``."""
-        if self._memory and (done := self._native.release(fence, next_status)) is not None:
-            return done
-        return self._run(self._release(fence, next_status))  # type: ignore[no-any-return]
-
-    async def try_release_async(self, fence: FencingToken, next_status: str = "completed") -> FencedOutcome:
-        """:meth:`try_release`, awaiting the store."""
-        if self._memory and (done := self._native.release(fence, next_status)) is not None:
-            return done
-        return await self._run_async(self._release(fence, next_status))  # type: ignore[no-any-return]
-
-    def release(self, fence: FencingToken, next_status: str = "completed") -> RunRow | None:
-        """Releases the lease to ``next_status`` (``completed``, ``failed``, ``cancelled``, or
+    try_release, try_release_async = twins(_try_release, fast="release")
+    release, release_async = twins(
+        _try_release,
+        fast="release",
+        then=_row,
+        name="release",
+        doc="""Releases the lease to ``next_status`` (``completed``, ``failed``, ``cancelled``, or
         ``ready`` for resource runs: back to ``ready`` with ``retries = 0``). Returns the row,
-        or ``None`` when the token no longer holds the lease."""
-        return _value(self.try_release(fence, next_status))  # type: ignore[no-any-return]
+        or ``None`` when the token no longer holds the lease.""",
+    )
 
-    async def release_async(self, fence: FencingToken, next_status: str = "completed") -> RunRow | None:
-        """:meth:`release`, awaiting the store."""
-        return _value(await self.try_release_async(fence, next_status))  # type: ignore[no-any-return]
-
-    @staticmethod
-    def _verify(fence: object) -> Plan:
-        return ("verifyFence", _args(fence=_check.fence("fence", fence)), bool)
-
-    def verify_fence(self, fence: FencingToken) -> bool:
+    def _verify_fence(self, fence: FencingToken) -> bool | Plan:
         """Whether the token holds a live lease (one conditional write)."""
-        if self._memory and (live := self._native.verify_fence(fence)) is not None:
-            return live
-        return self._run(self._verify(fence))  # type: ignore[no-any-return]
+        return Plan("verifyFence", _args(fence=_check.fence("fence", fence)), bool)
 
-    async def verify_fence_async(self, fence: FencingToken) -> bool:
-        """:meth:`verify_fence`, awaiting the store."""
-        if self._memory and (live := self._native.verify_fence(fence)) is not None:
-            return live
-        return await self._run_async(self._verify(fence))  # type: ignore[no-any-return]
+    verify_fence, verify_fence_async = twins(_verify_fence, fast="verify_fence")
 
     # -- recovery --------------------------------------------------------------------------
 
-    @staticmethod
-    def _reclaim(limit: object) -> Plan:
-        return ("reclaimExpired", _args(limit=_check.integer("limit", limit, 0, _check.U32)), ReclaimResult.from_json)
-
-    def reclaim_expired(self, limit: int = _check.DEFAULT_SWEEP_LIMIT) -> ReclaimResult:
+    def _reclaim_expired(self, limit: int = _check.DEFAULT_SWEEP_LIMIT) -> ReclaimResult | Plan:
         """The sweeper: expired leases back to ``ready`` (``quarantined`` at the retry ceiling)."""
-        return self._run(self._reclaim(limit))  # type: ignore[no-any-return]
+        return Plan("reclaimExpired", _args(limit=_check.integer("limit", limit, 0, _check.U32)), ReclaimResult.from_json)
 
-    async def reclaim_expired_async(self, limit: int = _check.DEFAULT_SWEEP_LIMIT) -> ReclaimResult:
-        """:meth:`reclaim_expired`, awaiting the store."""
-        return await self._run_async(self._reclaim(limit))  # type: ignore[no-any-return]
+    reclaim_expired, reclaim_expired_async = twins(_reclaim_expired)
 
-    @staticmethod
-    def _liveness(ttl_ms: object, limit: object) -> Plan:
-        return (
-            "reclaimDeadInstanceRuns",
-            _args(
-                ttlMs=_check.integer("ttl_ms", ttl_ms, 0, _check.I53),
-                limit=_check.integer("max_reclaims_per_cycle", limit, 0, _check.U32),
-            ),
-            LivenessResult.from_json,
-        )
-
-    def reclaim_dead_instance_runs(self, ttl_ms: int = _check.DEFAULT_LIVENESS_TTL_MS, max_reclaims_per_cycle: int = _check.DEFAULT_LIVENESS_LIMIT) -> LivenessResult:
+    def _reclaim_dead_instance_runs(
+        self, ttl_ms: int = _check.DEFAULT_LIVENESS_TTL_MS, max_reclaims_per_cycle: int = _check.DEFAULT_LIVENESS_LIMIT
+    ) -> LivenessResult | Plan:
         """The liveness pass: instances silent for more than ``ttl_ms`` are declared dead and
         the runs they hold are recovered (retry ceiling, receipts and counters included)."""
-        return self._run(self._liveness(ttl_ms, max_reclaims_per_cycle))  # type: ignore[no-any-return]
+        ttl = _check.integer("ttl_ms", ttl_ms, 0, _check.I53)
+        limit = _check.integer("max_reclaims_per_cycle", max_reclaims_per_cycle, 0, _check.U32)
+        return Plan("reclaimDeadInstanceRuns", _args(ttlMs=ttl, limit=limit), LivenessResult.from_json)
 
-    async def reclaim_dead_instance_runs_async(
-        self, ttl_ms: int = _check.DEFAULT_LIVENESS_TTL_MS, max_reclaims_per_cycle: int = _check.DEFAULT_LIVENESS_LIMIT
-    ) -> LivenessResult:
-        """:meth:`reclaim_dead_instance_runs`, awaiting the store."""
-        return await self._run_async(self._liveness(ttl_ms, max_reclaims_per_cycle))  # type: ignore[no-any-return]
+    reclaim_dead_instance_runs, reclaim_dead_instance_runs_async = twins(_reclaim_dead_instance_runs)
 
     # -- instances -------------------------------------------------------------------------
 
-    @staticmethod
-    def _register(instance_id: object, hostname: object, pid: object, metadata: object) -> Plan:
+    def _register_instance(
+        self, instance_id: str, *, hostname: str | None = None, pid: int | None = None, metadata: Any = None
+    ) -> InstanceRow | Plan:
+        """Registers (or re-registers) an instance as ``alive``; returns its row."""
         iid = _check.text("instance_id", instance_id)
         host = _check.opt_text("hostname", hostname)
         p = _check.opt_integer("pid", pid, 0, _check.I53, None)
         meta = json.loads(_check.to_json(metadata, "metadata"))
-        return (
-            "registerInstance",
-            _args(instanceId=iid, hostname=host, pid=p, metadata=meta),
-            InstanceRow.from_json,
-        )
+        return Plan("registerInstance", _args(instanceId=iid, hostname=host, pid=p, metadata=meta), InstanceRow.from_json)
 
-    def register_instance(
-        self, instance_id: str, *, hostname: str | None = None, pid: int | None = None, metadata: Any = None
-    ) -> InstanceRow:
-        """Registers (or re-registers) an instance as ``alive``; returns its row."""
-        return self._run(self._register(instance_id, hostname, pid, metadata))  # type: ignore[no-any-return]
+    register_instance, register_instance_async = twins(_register_instance)
 
-    async def register_instance_async(
-        self, instance_id: str, *, hostname: str | None = None, pid: int | None = None, metadata: Any = None
-    ) -> InstanceRow:
-        """:meth:`register_instance`, awaiting the store."""
-        return await self._run_async(self._register(instance_id, hostname, pid, metadata))  # type: ignore[no-any-return]
-
-    @staticmethod
-    def _instance(kind: str, instance_id: object) -> Plan:
-        return (kind, _args(instanceId=_check.text("instance_id", instance_id)), bool)
-
-    def heartbeat_instance(self, instance_id: str) -> bool:
+    def _heartbeat_instance(self, instance_id: str) -> bool | Plan:
         """Heartbeats an instance; ``False`` when it is unknown or dead (it must re-register)."""
-        return self._run(self._instance("heartbeatInstance", instance_id))  # type: ignore[no-any-return]
+        return Plan("heartbeatInstance", _args(instanceId=_check.text("instance_id", instance_id)), bool)
 
-    async def heartbeat_instance_async(self, instance_id: str) -> bool:
-        """:meth:`heartbeat_instance`, awaiting the store."""
-        return await self._run_async(self._instance("heartbeatInstance", instance_id))  # type: ignore[no-any-return]
+    heartbeat_instance, heartbeat_instance_async = twins(_heartbeat_instance)
 
-    def drain_instance(self, instance_id: str) -> bool:
+    def _drain_instance(self, instance_id: str) -> bool | Plan:
         """Marks an instance ``draining`` (live until it goes silent)."""
-        return self._run(self._instance("drainInstance", instance_id))  # type: ignore[no-any-return]
+        return Plan("drainInstance", _args(instanceId=_check.text("instance_id", instance_id)), bool)
 
-    async def drain_instance_async(self, instance_id: str) -> bool:
-        """:meth:`drain_instance`, awaiting the store."""
-        return await self._run_async(self._instance("drainInstance", instance_id))  # type: ignore[no-any-return]
+    drain_instance, drain_instance_async = twins(_drain_instance)
 
-    def list_instances(self) -> list[InstanceRow]:
+    def _list_instances(self) -> list[InstanceRow] | Plan:
         """Every instance."""
-        return self._run(("listInstances", "{}", _instances))  # type: ignore[no-any-return]
+        return Plan("listInstances", "{}", _instances)
 
-    async def list_instances_async(self) -> list[InstanceRow]:
-        """:meth:`list_instances`, awaiting the store."""
-        return await self._run_async(("listInstances", "{}", _instances))  # type: ignore[no-any-return]
+    list_instances, list_instances_async = twins(_list_instances)
 
     # -- resource runs ---------------------------------------------------------------------
 
-    @staticmethod
-    def _ensure(kind: object, key: object, objective: object, created_by: object) -> Plan:
+    def _ensure_resource_run(
+        self, kind: str, key: str, *, objective: str | None = None, created_by: str | None = None
+    ) -> EnsuredRun | Plan:
+        """Find-or-create the run of a resource by ``deterministic_resource_id(kind, key)`` as
+        its idempotency key (race-safe; the store supplies the row id)."""
         k = _check.text("kind", kind)
         y = _check.text("key", key)
         obj = f"resource {k}:{y}" if objective is None else _check.text("objective", objective)
         by = f"heart-fleet:{k}" if created_by is None else _check.text("created_by", created_by)
-        return (
-            "ensureResourceRun",
-            _args(kind=k, key=y, objective=obj, createdBy=by),
-            EnsuredRun.from_json,
-        )
+        return Plan("ensureResourceRun", _args(kind=k, key=y, objective=obj, createdBy=by), EnsuredRun.from_json)
 
-    def ensure_resource_run(
-        self, kind: str, key: str, *, objective: str | None = None, created_by: str | None = None
-    ) -> EnsuredRun:
-        """Find-or-create the run of a resource by ``deterministic_resource_id(kind, key)`` as
-        its idempotency key (race-safe; the store supplies the row id)."""
-        return self._run(self._ensure(kind, key, objective, created_by))  # type: ignore[no-any-return]
-
-    async def ensure_resource_run_async(
-        self, kind: str, key: str, *, objective: str | None = None, created_by: str | None = None
-    ) -> EnsuredRun:
-        """:meth:`ensure_resource_run`, awaiting the store."""
-        return await self._run_async(self._ensure(kind, key, objective, created_by))  # type: ignore[no-any-return]
+    ensure_resource_run, ensure_resource_run_async = twins(_ensure_resource_run)
 
     # -- operator actions ------------------------------------------------------------------
 
-    @staticmethod
-    def _list_runs(status: object, limit: object) -> Plan:
-        st = None if status is None else _check.status("status", status, _check.RUN_STATUSES)
-        return ("listRuns", _args(status=st, limit=_check.integer("limit", limit, 0, _check.U32)), _runs)
-
-    def list_runs(self, status: str | None = None, limit: int = _check.DEFAULT_SWEEP_LIMIT) -> list[RunRow]:
+    def _list_runs(self, status: str | None = None, limit: int = _check.DEFAULT_SWEEP_LIMIT) -> list[RunRow] | Plan:
         """Operator: runs, optionally of one status, most recently updated first."""
-        return self._run(self._list_runs(status, limit))  # type: ignore[no-any-return]
+        st = None if status is None else _check.status("status", status, _check.RUN_STATUSES)
+        return Plan("listRuns", _args(status=st, limit=_check.integer("limit", limit, 0, _check.U32)), _runs)
 
-    async def list_runs_async(self, status: str | None = None, limit: int = _check.DEFAULT_SWEEP_LIMIT) -> list[RunRow]:
-        """:meth:`list_runs`, awaiting the store."""
-        return await self._run_async(self._list_runs(status, limit))  # type: ignore[no-any-return]
+    list_runs, list_runs_async = twins(_list_runs)
 
-    @staticmethod
-    def _show(run_id: object) -> Plan:
-        return ("getRun", _args(runId=_check.text("run_id", run_id)), _run_or_none)
-
-    def get_run(self, run_id: str) -> RunRow | None:
+    def _get_run(self, run_id: str) -> RunRow | None | Plan:
         """Operator: one run, or ``None``."""
-        return self._run(self._show(run_id))  # type: ignore[no-any-return]
+        return Plan("getRun", _args(runId=_check.text("run_id", run_id)), _run_or_none)
 
-    async def get_run_async(self, run_id: str) -> RunRow | None:
-        """:meth:`get_run`, awaiting the store."""
-        return await self._run_async(self._show(run_id))  # type: ignore[no-any-return]
+    get_run, get_run_async = twins(_get_run)
 
-    @staticmethod
-    def _requeue(run_id: object, operator: object) -> Plan:
-        return (
-            "requeueRun",
-            _args(runId=_check.text("run_id", run_id), operator=_check.text("operator", operator)),
-            RunRow.from_json,
-        )
-
-    def requeue_run(self, run_id: str, operator: str) -> RunRow:
+    def _requeue_run(self, run_id: str, operator: str) -> RunRow | Plan:
         """Operator: a quarantined run back to ``ready`` with ``retries = 0`` (receipt ``requeued``)."""
-        return self._run(self._requeue(run_id, operator))  # type: ignore[no-any-return]
+        args = _args(runId=_check.text("run_id", run_id), operator=_check.text("operator", operator))
+        return Plan("requeueRun", args, RunRow.from_json)
 
-    async def requeue_run_async(self, run_id: str, operator: str) -> RunRow:
-        """:meth:`requeue_run`, awaiting the store."""
-        return await self._run_async(self._requeue(run_id, operator))  # type: ignore[no-any-return]
+    requeue_run, requeue_run_async = twins(_requeue_run)
 
-    @staticmethod
-    def _force(run_id: object) -> Plan:
-        return ("forceRelease", _args(runId=_check.text("run_id", run_id)), RunRow.from_json)
-
-    def force_release(self, run_id: str) -> RunRow:
+    def _force_release(self, run_id: str) -> RunRow | Plan:
         """Operator: removes a lease by force, back to ``ready`` (receipt ``force_released``)."""
-        return self._run(self._force(run_id))  # type: ignore[no-any-return]
+        return Plan("forceRelease", _args(runId=_check.text("run_id", run_id)), RunRow.from_json)
 
-    async def force_release_async(self, run_id: str) -> RunRow:
-        """:meth:`force_release`, awaiting the store."""
-        return await self._run_async(self._force(run_id))  # type: ignore[no-any-return]
+    force_release, force_release_async = twins(_force_release)
 
 
 def ensure_resource_run(
