@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import typing
 from typing import Any
 
 import pytest
@@ -28,12 +29,15 @@ def test_every_operation_has_a_generated_twin_with_its_signature() -> None:
         sync, twin = getattr(hf.HeartFleet, name), getattr(hf.HeartFleet, f"{name}_async")
         assert getattr(sync, "__coded__", False) and getattr(twin, "__coded__", False), name
         assert not inspect.iscoroutinefunction(sync) and inspect.iscoroutinefunction(twin), name
+        # The signature shown is the one definition's (the op's), and the annotations resolve.
+        op = getattr(hf.HeartFleet, f"_{name}", None) or getattr(hf.HeartFleet, f"_try_{name}")
+        assert list(inspect.signature(sync).parameters) == list(inspect.signature(op).parameters), name
         assert inspect.signature(sync) == inspect.signature(twin), name
+        assert typing.get_type_hints(sync)["return"] is not None, name
         assert sync.__qualname__ == f"HeartFleet.{name}" and twin.__qualname__ == f"HeartFleet.{name}_async"
         assert sync.__doc__ and twin.__doc__, name
-    assert "self" not in str(inspect.signature(hf.HeartFleet.acquire).return_annotation)
     assert "Plan" not in str(inspect.signature(hf.HeartFleet.acquire).return_annotation)
-
+    assert typing.get_type_hints(hf.HeartFleet.release)["return"] == typing.Optional[hf.RunRow]
 
 class TextStore:
     """A store object over a memory store: the operations are driven, not answered in Rust."""
@@ -62,7 +66,7 @@ def _calls(run_id: str) -> list[tuple[str, tuple[Any, ...]]]:
     ]
 
 
-def _replay(memory_store: bool, use_async: bool) -> list[Any]:
+def _replay(memory_store: bool, use_async: bool, keywords: bool = False) -> list[Any]:
     memory = hf.MemoryLeaseStore(T0)
     heart = hf.HeartFleet(memory if memory_store else TextStore(memory), on_receipt=lambda r: None)
     run_id = heart.ensure_resource_run("bench", "twins").run.id
@@ -71,7 +75,11 @@ def _replay(memory_store: bool, use_async: bool) -> list[Any]:
 
     async def call(name: str, args: tuple[Any, ...]) -> Any:
         method = getattr(heart, f"{name}_async" if use_async else name)
-        result = method(*args)
+        if keywords:  # every argument by its name, the last first
+            names = list(inspect.signature(method).parameters)[: len(args)]
+            result = method(**dict(reversed(list(zip(names, args)))))
+        else:
+            result = method(*args)
         return await result if use_async else result
 
     for name, args in _calls(run_id):
@@ -88,9 +96,21 @@ def _replay(memory_store: bool, use_async: bool) -> list[Any]:
     return out
 
 
-def test_the_twins_answer_alike_on_the_memory_store_and_through_a_store_object() -> None:
-    replays = {(m, a): _replay(m, a) for m in (True, False) for a in (False, True)}
-    first = replays[(True, False)]
+def test_the_twins_answer_alike_on_the_memory_store_and_through_a_store_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On the memory store the lease cycle is answered inside Rust: no plan is run.
+    planned: list[Any] = []
+    for run in ("_run", "_run_async"):
+
+        def spy(self: hf.HeartFleet, plan: Any, *rest: Any, real: Any = getattr(hf.HeartFleet, run)) -> Any:
+            planned.append(plan.kind)
+            return real(self, plan, *rest)
+
+        monkeypatch.setattr(hf.HeartFleet, run, spy)
+    replays = {(m, a, k): _replay(m, a, k) for m in (True, False) for a in (False, True) for k in (False, True)}
+    assert planned.count("ensureResourceRun") == 8
+    assert sorted(set(planned)) == ["acquire", "ensureResourceRun", "release", "renew", "verifyFence"]
+    assert len(planned) == 8 + 4 * 11 - 4  # the driven replays plan every call but the bad acquire's
+    first = replays[(True, False, False)]
     results = [r for _, r in first]
     assert results[0].acquired and not results[1].acquired and results[2].code == "invalid-input"
     assert results[4] is True and results[5].ok and isinstance(results[6], hf.FencingToken)
@@ -106,7 +126,13 @@ def test_a_call_that_does_not_bind_names_the_method_called(use_async: bool) -> N
     for name, args, kwargs, says in (
         ("acquire", ("r", "w"), {"ttl": 60}, "unexpected keyword argument 'ttl'"),
         ("acquire", ("r", "w"), {}, "missing 1 required positional argument: 'ttl_seconds'"),
+        ("acquire", (), {"owner": "w", "ttl_seconds": 60}, "missing 1 required positional argument: 'run_id'"),
+        ("acquire", ("r",), {"run_id": "r", "owner": "w", "ttl_seconds": 60}, "got multiple values for argument 'run_id'"),
         ("release", (None, "ready", 1), {}, "takes from 2 to 3 positional arguments but 4 were given"),
+        ("try_release", (), {"next_status": "failed"}, "missing 1 required positional argument: 'fence'"),
+        ("renew", (None,), {}, "missing 1 required positional argument: 'ttl_seconds'"),
+        ("register_instance", ("i", "h"), {}, "takes 2 positional arguments but 3 were given"),
+        ("register_instance", ("i",), {"host": "h"}, "unexpected keyword argument 'host'"),
         ("list_instances", (), {"limit": 1}, "unexpected keyword argument 'limit'"),
     ):
         method = getattr(heart, name + suffix)

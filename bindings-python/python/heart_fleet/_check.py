@@ -7,7 +7,7 @@ import functools
 import inspect
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 from . import _native
 from .errors import HeartFleetError, InvalidInputError, InvalidTypeError
@@ -216,62 +216,112 @@ _LEFT_OUT: Any = object()
 
 def _binding_checked(f: Callable[..., Any]) -> Callable[..., Any]:
     """A wrapper of ``f`` (no ``*args``/``**kwargs`` of its own) whose own parameters cannot
-    fail to bind: each of ``f``'s parameters defaults to ``f``'s default or to a marker, and
-    extra ones are gathered. On the common path it calls ``f`` with its parameters as they
-    are, without packing them into a tuple and a dict (a fifth of the lease cycle's Python
-    time did that); a call that would not bind is made again as given, for Python's own
-    message, raised as :class:`InvalidTypeError`."""
+    fail to bind (see :func:`binding`). On the common path it calls ``f`` with its
+    parameters as they are, without packing them into a tuple and a dict (a fifth of the lease
+    cycle's Python time did that)."""
     bound = binding(f)
     if bound is None:
         return _packing_checked(f)
-    header, check, call, namespace = bound
-    source = f"def checked({header}):\n{check}    return _f({call})\n"
-    checked: Callable[..., Any] = generated(source, "checked", {**namespace, "_f": f})
+    source = f"def checked({bound.header}):\n{bound.prologue}    return _f({bound.call})\n"
+    namespace = {**bound.namespace, "_f": f, "_fb": binder(f, f.__qualname__)}
+    checked: Callable[..., Any] = generated(source, "checked", namespace, f.__qualname__)
     return checked
 
 
-def binding(f: Callable[..., Any], skip: int = 0) -> tuple[str, str, str, dict[str, Any]] | None:
-    """The parts of a generated function that takes ``f``'s parameters (after the first
-    ``skip``, which it passes through as they are) without failing to bind: its parameter list,
-    the check that refuses a call that would not have bound ``f`` (through :func:`_refuse`,
-    indented for a function body), ``f``'s call arguments, and the names they refer to. None
-    when ``f`` has ``*args``/``**kwargs`` or a parameter named with a leading underscore."""
+class Binding(NamedTuple):
+    """The parts of a generated function that takes a function's parameters and cannot fail
+    to bind (:func:`binding`)."""
+
+    #: The parameter list: the positional parameters positional-only, each defaulting to a
+    #: marker, then ``*_extra, **_kw``.
+    header: str
+    #: Statements (indented for a function body) after which every parameter holds the value
+    #: the call gave it or its default; a call that would not bind the function raises
+    #: ``InvalidTypeError`` with Python's own message (through ``_fb``, from :func:`binder`).
+    prologue: str
+    #: The function's call arguments, by those names.
+    call: str
+    #: What the prologue refers to (``_fb`` excepted).
+    namespace: dict[str, Any]
+
+
+def binding(f: Callable[..., Any], skip: int = 0) -> Binding | None:
+    """How a generated function takes ``f``'s parameters (after the first ``skip``, passed
+    through as they are) so that its own call always binds: a call with its positional
+    arguments in place and no keywords (the common case) costs one comparison per
+    parameter; anything else (keywords, extra or missing arguments) is bound again by
+    :func:`binder`'s copy of ``f``'s signature, which gives Python's own binding and its own
+    message. None when ``f`` has ``*args``/``**kwargs``, a required keyword-only parameter or
+    a parameter named with a leading underscore (it could meet the generated names)."""
     params = list(inspect.signature(f).parameters.values())
-    if any(p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.name.startswith("_") for p in params):
-        return None  # (a leading underscore could meet the generated names)
-    passed, params = [p.name for p in params[:skip]], params[skip:]
-    defaults = {f"_d{i}": (_LEFT_OUT if p.default is p.empty else p.default) for i, p in enumerate(params)}
-    positional = [f"{p.name}=_d{i}" for i, p in enumerate(params) if p.kind is p.POSITIONAL_OR_KEYWORD]
-    keyword = [f"{p.name}=_d{i}" for i, p in enumerate(params) if p.kind is p.KEYWORD_ONLY]
-    call = ", ".join([*passed, *(p.name if p.kind is p.POSITIONAL_OR_KEYWORD else f"{p.name}={p.name}" for p in params)])
-    left_out = " or ".join(f"{p.name} is _LEFT_OUT" for p in params if p.default is p.empty) or "False"
-    given = "".join(f"({p.name!r}, {p.name}, {p.kind is p.KEYWORD_ONLY}), " for p in params)
-    header = ", ".join([*passed, *positional, "*_extra", *keyword, "**_unknown"])
-    through = "".join(f"{n}, " for n in passed)
-    check = f"    if _extra or _unknown or {left_out}:\n        _refuse(_f, ({given}), _extra, _unknown, ({through}))\n"
-    return header, check, call, {"_LEFT_OUT": _LEFT_OUT, "_refuse": _refuse, **defaults}
+    plain = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if any(p.kind not in plain or p.name.startswith("_") for p in params):
+        return None
+    if any(p.kind is p.KEYWORD_ONLY and p.default is p.empty for p in params):
+        return None
+    passed, own = [p.name for p in params[:skip]], params[skip:]
+    positional = [p for p in own if p.kind is p.POSITIONAL_OR_KEYWORD]
+    defaults = {f"_d{i}": p.default for i, p in enumerate(own) if p.default is not p.empty}
+    header = [*passed, *(f"{p.name}=_LEFT_OUT" for p in positional)]
+    header = [*header, "/", "*_extra", "**_kw"] if header else ["*_extra", "**_kw"]
+    names = "".join(f"{p.name}, " for p in own)
+    given = "".join(f"{n}, " for n in [*passed, *(p.name for p in positional)])
+    required = [f"{p.name} is _LEFT_OUT" for p in positional if p.default is p.empty]
+    lines = [f"    if {' or '.join(['_extra', '_kw', *required])}:"]
+    lines.append(f"        {names + ' = ' if names else ''}_rebind(_fb, ({given}), _extra, _kw)")
+    settle = [
+        f"        if {p.name} is _LEFT_OUT:\n            {p.name} = _d{i}"
+        if p.kind is p.POSITIONAL_OR_KEYWORD
+        else f"        {p.name} = _d{i}"
+        for i, p in enumerate(own)
+        if p.default is not p.empty
+    ]
+    if settle:
+        lines += ["    else:", *settle]
+    call = ", ".join([*passed, *(p.name if p.kind is p.POSITIONAL_OR_KEYWORD else f"{p.name}={p.name}" for p in own)])
+    namespace = {"_LEFT_OUT": _LEFT_OUT, "_rebind": _rebind, **defaults}
+    return Binding(", ".join(header), "".join(f"{line}\n" for line in lines), call, namespace)
 
 
-def generated(source: str, name: str, namespace: dict[str, Any]) -> Any:
-    """The function ``name`` defined by ``source`` (built by this package from a function's
-    own parameter names, see :func:`binding`) over ``namespace``."""
-    exec(source, namespace)  # noqa: S102 - the source is built from a function's own parameter names
-    return namespace[name]
+def binder(f: Callable[..., Any], qualname: str, skip: int = 0) -> Callable[..., tuple[Any, ...]]:
+    """A function with ``f``'s parameters (names, kinds, defaults) named ``qualname`` that
+    returns the values of the parameters after the first ``skip``: calling it binds a call as
+    ``f`` would, with Python's message naming ``qualname`` when the call does not bind."""
+    params = list(inspect.signature(f).parameters.values())
+    shown = []
+    star = False
+    for i, p in enumerate(params):
+        if p.kind is p.KEYWORD_ONLY and not star:
+            shown.append("*")
+            star = True
+        shown.append(p.name if p.default is p.empty else f"{p.name}=_d{i}")
+    returned = "".join(f"{p.name}, " for p in params[skip:])
+    name = qualname.rpartition(".")[2]
+    source = f"def {name}({', '.join(shown)}):\n    return ({returned})\n"
+    defaults = {f"_d{i}": p.default for i, p in enumerate(params) if p.default is not p.empty}
+    made: Callable[..., tuple[Any, ...]] = generated(source, name, defaults, qualname)
+    made.__code__ = made.__code__.replace(co_qualname=qualname)
+    made.__qualname__ = qualname
+    return made
 
 
-def _refuse(
-    f: Callable[..., Any], given: tuple[tuple[str, Any, bool], ...], extra: tuple[Any, ...], unknown: dict[str, Any], passed: tuple[Any, ...] = ()
-) -> NoReturn:
-    """Makes the call that did not bind as the caller made it, and raises its TypeError coded."""
-    args = [*passed, *(v for _, v, kw in given if not kw and v is not _LEFT_OUT)]
-    kwargs = {n: v for n, v, kw in given if kw and v is not _LEFT_OUT}
+def _rebind(fb: Callable[..., tuple[Any, ...]], given: tuple[Any, ...], extra: tuple[Any, ...], kw: dict[str, Any]) -> tuple[Any, ...]:
+    """Binds a call that was not the common case through ``fb`` (:func:`binder`): its values,
+    or its TypeError raised coded. ``given`` holds the positional parameters in order, those
+    the call left out as the marker (a suffix: they are positional-only)."""
     try:
-        f(*args, *extra, **kwargs, **unknown)
+        return fb(*(v for v in given if v is not _LEFT_OUT), *extra, **kw)
     except TypeError as e:
-        if _bad_call(e):
-            raise InvalidTypeError(str(e)) from None
-        raise
-    raise InvalidTypeError(f"{f.__qualname__}() was called with arguments it does not take")
+        raise InvalidTypeError(str(e)) from None
+
+
+def generated(source: str, name: str, namespace: dict[str, Any], qualname: str) -> Any:
+    """The function ``name`` defined by ``source`` (built by this package from a function's
+    own parameter names, see :func:`binding`) over ``namespace``; tracebacks name its file
+    ``<heart_fleet: qualname>``."""
+    code = compile(source, f"<heart_fleet: {qualname}>", "exec")
+    exec(code, namespace)  # noqa: S102 - the source is built from a function's own parameter names
+    return namespace[name]
 
 
 def _packing_checked(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -290,7 +340,8 @@ def _packing_checked(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def coded_methods(cls: type) -> type:
     """Applies :func:`coded_call` to ``cls.__init__`` and every public method (not to
-    properties, static or class methods)."""
+    properties, static or class methods, nor to methods marked ``__coded__``: generated with
+    the check built in, by ``_driver.twins``)."""
     for name, member in list(vars(cls).items()):
         coded = getattr(member, "__coded__", False)  # generated with its own check (_driver.twins)
         if (name == "__init__" or not name.startswith("_")) and inspect.isfunction(member) and not coded:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import types
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Concatenate, NamedTuple, ParamSpec, Protocol, TypeVar, overload
 
@@ -448,56 +447,55 @@ def twins(
     name: str | None = None,
     doc: str | None = None,
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """A blocking method and its ``*_async`` twin generated from one definition.
+    """A blocking method and its ``*_async`` twin generated from one definition, so the two
+    cannot drift apart and neither needs a wrapper frame.
 
     ``op(self, ...)`` (named ``_<method>``) checks its arguments and returns the answer when it
     has one without the store (a bad value's documented shape), or a :class:`Plan`: the
     blocking method runs it with ``self._run(plan)``, the twin with ``await
     self._run_async(plan)``. ``fast`` names the native fleet's method that answers the
-    operation inside Rust on the memory store (``None`` when it cannot: ``op`` then checks
-    and plans); ``then`` maps the answer (``release`` is ``try_release``'s value), under
-    ``name`` with ``doc``. Both methods take ``op``'s parameters, docs and signature and refuse
-    a call that would not bind as :func:`_check.coded_call` does (an ``InvalidTypeError``),
-    with no wrapper around them: on the memory store an operation is one Python frame (one
-    coroutine in asyncio) around the native call."""
+    operation inside Rust on the memory store, checking its arguments there (it answers None
+    when it cannot, for a store object or arguments it does not take as plain values: ``op``
+    then checks and plans); with it, an operation on the memory store is one Python frame, or
+    one coroutine, around the native call. ``then`` maps the answer (``release`` is
+    ``try_release``'s value), under ``name`` with ``doc``. Both methods take ``op``'s
+    parameters, signature and annotations, and a call that does not bind is an
+    ``InvalidTypeError`` with Python's own message naming the method called
+    (:func:`_check.binding`)."""
     name = name or op.__name__.lstrip("_")
     owner = op.__qualname__.rpartition(".")[0]
     bound = _check.binding(op, skip=1)
     if bound is None:
-        raise TypeError(f"twins: {op.__qualname__} has *args, **kwargs or a parameter with a leading underscore")
-    header, check, call, namespace = bound
-    # What a call that does not bind is made again with, for Python's message naming the method.
-    for stub, called in (("_f", name), ("_fa", f"{name}_async")):
-        namespace[stub] = refused = types.FunctionType(
-            op.__code__.replace(co_name=called, co_qualname=f"{owner}.{called}"), op.__globals__, called, op.__defaults__
-        )
-        refused.__kwdefaults__ = op.__kwdefaults__
-    namespace.update(_op=op, _Plan=Plan, _then=then)
-    this, _, args = call.partition(", ")
-    out = "_then(r)" if then else "r"
-    body = check.replace("{", "{{").replace("}", "}}").replace("_refuse(_f,", "_refuse({refused},")
+        raise TypeError(f"twins: {op.__qualname__} has *args, **kwargs, a required keyword-only parameter or a parameter with a leading underscore")
+    this, _, args = bound.call.partition(", ")
+    out = "_then(_r)" if then else "_r"
+    body = bound.prologue
     if fast is not None:
-        body += f"    if {this}._memory:\n        r = {this}._native.{fast}({args})\n        if r is not None:\n            return {out}\n"
-    body += f"    r = _op({call})\n    if type(r) is _Plan:\n        r = {{run}}\n    return {out}\n"
-    source = (
-        f"def {name}({header}):\n" + body.format(refused="_f", run=f"{this}._run(r)") + "\n"
-        f"async def {name}_async({header}):\n" + body.format(refused="_fa", run=f"await {this}._run_async(r)")
-    )
-    _check.generated(source, name, namespace)
+        body += f"    if {this}._memory:\n        _r = {this}._native.{fast}({args})\n        if _r is not None:\n            return {out}\n"
+    body += f"    _r = _op({bound.call})\n    if _type(_r) is _Plan:\n        _r = RUN\n    return {out}\n"
     signature = inspect.signature(op)
-    returns = signature.return_annotation
-    if then is not None:
-        returns = inspect.signature(then).return_annotation
-    elif isinstance(returns, str):
+    returns = inspect.signature(then).return_annotation if then is not None else signature.return_annotation
+    if isinstance(returns, str):
         returns = returns.replace(" | Plan", "")
-    made = (namespace[name], namespace[f"{name}_async"])
-    for fn, text in zip(made, (doc or op.__doc__, f":meth:`{name}`, awaiting the store.")):
-        fn.__qualname__ = f"{owner}.{fn.__name__}"
+    made = []
+    for called, run, text in (
+        (name, f"{this}._run(_r)", doc or op.__doc__),
+        (f"{name}_async", f"await {this}._run_async(_r)", f":meth:`{name}`, awaiting the store."),
+    ):
+        qualname = f"{owner}.{called}"
+        source = f"{'async ' if run.startswith('await') else ''}def {called}({bound.header}):\n" + body.replace("RUN", run)
+        namespace = {**bound.namespace, "_op": op, "_Plan": Plan, "_then": then, "_type": type}
+        namespace["_fb"] = _check.binder(op, qualname, skip=1)
+        fn = _check.generated(source, called, namespace, qualname)
+        fn.__qualname__ = qualname
         fn.__module__ = op.__module__
         fn.__doc__ = text
         fn.__signature__ = signature.replace(return_annotation=returns)
+        fn.__annotations__ = {**op.__annotations__, "return": returns}
+        fn.__wrapped__ = op  # typing.get_type_hints resolves the annotations in op's module
         fn.__coded__ = True  # _check.coded_methods leaves it as it is
-    return made
+        made.append(fn)
+    return made[0], made[1]
 
 
 __all__ = ["CancelledAfterCommit", "Plan", "twins", "Host", "drive_async", "drive_sync", "ok_of", "run_async", "run_sync", "start", "steps", "message_of"]

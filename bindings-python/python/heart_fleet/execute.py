@@ -34,7 +34,7 @@ from .errors import (
     error_for_code,
 )
 from .fleet import HeartFleet
-from .types import EffectContext, ExecuteResult, FencingToken, GuardResult
+from .types import AcquireResult, EffectContext, ExecuteResult, FencingToken, GuardResult
 
 __all__ = [
     "MemoryEffectLedger",
@@ -464,11 +464,12 @@ class LeaseScope(Generic[T]):
         started = s.tick()
         # The acquire's plan run here, not through acquire_async, to see its final step's
         # cancellation mark.
-        acq = self.heart._acquire(self.run_id, self.owner, self.ttl_seconds)
+        answer = self.heart._acquire(self.run_id, self.owner, self.ttl_seconds)
         step: dict[str, Any] = {}
-        if isinstance(acq, _driver.Plan):
-            step = await _driver.drive_async(self.heart, acq.kind, acq.args)
-            acq = acq.post(_driver.ok_of(step))
+        if isinstance(answer, _driver.Plan):
+            step = await _driver.drive_async(self.heart, answer.kind, answer.args)
+            answer = answer.post(_driver.ok_of(step))
+        acq: AcquireResult = answer
         if not acq.acquired or acq.fence is None:
             return self._not_run(acq)
         self._on_acquired(s, acq.fence, started)
