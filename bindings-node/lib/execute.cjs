@@ -3,7 +3,7 @@
 
 const native = require('./native.cjs');
 const { HeartFleet, drive, driveStep } = require('./fleet.cjs');
-const { codedError, typeError, str, fence: fenceOf, minted, opts: optsOf, describe, isThenable, messageOf, withExtras } = require('./util.cjs');
+const { codedError, typeError, str, fence: fenceOf, opts: optsOf, describe, isThenable, messageOf, withExtras } = require('./util.cjs');
 
 /** The reference's in-process ledger: a set of (runId, effectKey), kept by the core. Lost on restart. */
 class MemoryEffectLedger {
@@ -131,7 +131,7 @@ async function executeWithLease(heart, options, work) {
       done = { done: true, error: { code: 'store-unavailable', message: messageOf(e) } };
     }
     const cause = session.onRenewed(JSON.stringify({ ok: done.ok, error: done.error }), at);
-    if (done.ok && done.ok.outcome === 'ok') fence = minted(done.ok.value);
+    if (done.ok && done.ok.outcome === 'ok') fence = Object.freeze(done.ok.value);
     lose(cause);
   };
   // One beat at a time, and never during the release: every renew and the release go

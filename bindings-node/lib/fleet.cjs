@@ -23,7 +23,6 @@ const {
   optInt,
   opts: optsOf,
   fence: fenceOf,
-  minted,
   messageOf,
   isThenable,
   describe,
@@ -428,41 +427,8 @@ function maxRetriesOf(v) {
   return int('maxRetries', v, 0, U32);
 }
 
-/**
- * The core's renew outcome: answered at once on the memory store, a promise of it
- * otherwise. `renew` and `tryRenew` both start here, so neither awaits the other.
- */
-function renewed(fleet, fence, ttlSeconds) {
-  const f = fenceOf('fence', fence);
-  int('ttlSeconds', ttlSeconds, 1, MAX_TTL_SECONDS);
-  return fleet._memory
-    ? compactValue(fleet, fleet[NATIVE].renewCompact(f.runId, f.owner, f.leaseExpiresAt, f.epoch, ttlSeconds))
-    : drive(fleet, 'renew', { fence: f, ttlSeconds });
-}
-
-function renewOutcome(r) {
-  if (r.outcome === 'ok') return { outcome: 'ok', value: freezeFence(r.value) };
-  return { outcome: 'rejected', cause: r.cause, code: 'fence-rejected' };
-}
-
-/** The core's release outcome, as `renewed` is the renew's. */
-function released(fleet, fence, nextStatus) {
-  const f = fenceOf('fence', fence);
-  if (typeof nextStatus !== 'string' || !NEXT_STATUSES.includes(nextStatus)) {
-    throw typeError(`nextStatus must be one of ${NEXT_STATUSES.join(', ')}, got ${describe(nextStatus)}`);
-  }
-  return fleet._memory
-    ? compactValue(fleet, fleet[NATIVE].releaseCompact(f.runId, f.owner, f.leaseExpiresAt, f.epoch, nextStatus))
-    : drive(fleet, 'release', { fence: f, nextStatus });
-}
-
-function releaseOutcome(r) {
-  if (r.outcome === 'ok') return { outcome: 'ok', value: r.value };
-  return { outcome: 'rejected', cause: r.cause, code: 'fence-rejected' };
-}
-
 function freezeFence(f) {
-  return f ? minted(f) : f;
+  return f ? Object.freeze(f) : f;
 }
 
 const FLEET_OPTIONS = ['store', 'onReceipt', 'maxRetries', 'storeTimeoutMs', 'casRetries'];
@@ -562,7 +528,7 @@ class HeartFleet {
     const r = this._memory
       ? compactValue(this, this[NATIVE].acquireCompact(runId, owner, ttlSeconds))
       : await drive(this, 'acquire', { runId, owner, ttlSeconds });
-    if (r.fence) minted(r.fence);
+    if (r.fence) Object.freeze(r.fence);
     return referenceShape(r, ACQUIRE_FIELDS);
   }
 
@@ -572,12 +538,18 @@ class HeartFleet {
    * released, not-found).
    */
   async tryRenew(fence, ttlSeconds) {
-    return renewOutcome(await renewed(this, fence, ttlSeconds));
+    const f = fenceOf('fence', fence);
+    int('ttlSeconds', ttlSeconds, 1, MAX_TTL_SECONDS);
+    const r = this._memory
+      ? compactValue(this, this[NATIVE].renewCompact(f.runId, f.owner, f.leaseExpiresAt, f.epoch, ttlSeconds))
+      : await drive(this, 'renew', { fence: f, ttlSeconds });
+    if (r.outcome === 'ok') return { outcome: 'ok', value: freezeFence(r.value) };
+    return { outcome: 'rejected', cause: r.cause, code: 'fence-rejected' };
   }
 
   /** `renew(fence, ttlSeconds)` → the new token, or null when the token no longer holds the lease. */
   async renew(fence, ttlSeconds) {
-    const r = renewOutcome(await renewed(this, fence, ttlSeconds));
+    const r = await this.tryRenew(fence, ttlSeconds);
     return r.outcome === 'ok' ? r.value : null;
   }
 
@@ -586,7 +558,15 @@ class HeartFleet {
    * `{outcome:"rejected", cause, code:"fence-rejected"}`.
    */
   async tryRelease(fence, nextStatus) {
-    return releaseOutcome(await released(this, fence, nextStatus));
+    const f = fenceOf('fence', fence);
+    if (typeof nextStatus !== 'string' || !NEXT_STATUSES.includes(nextStatus)) {
+      throw typeError(`nextStatus must be one of ${NEXT_STATUSES.join(', ')}, got ${describe(nextStatus)}`);
+    }
+    const r = this._memory
+      ? compactValue(this, this[NATIVE].releaseCompact(f.runId, f.owner, f.leaseExpiresAt, f.epoch, nextStatus))
+      : await drive(this, 'release', { fence: f, nextStatus });
+    if (r.outcome === 'ok') return { outcome: 'ok', value: r.value };
+    return { outcome: 'rejected', cause: r.cause, code: 'fence-rejected' };
   }
 
   /**
@@ -595,7 +575,7 @@ class HeartFleet {
    * only: back to `ready` with `retries = 0`).
    */
   async release(fence, nextStatus) {
-    const r = await released(this, fence, nextStatus);
+    const r = await this.tryRelease(fence, nextStatus);
     return r.outcome === 'ok' ? r.value : null;
   }
 

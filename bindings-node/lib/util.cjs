@@ -189,24 +189,10 @@ function msOf(name, v) {
 }
 
 /**
- * The tokens this package handed out (frozen when made, from the core's answer): their
- * fields are known-good, so `fence` takes them without checking each field again (a tenth of
- * the lease cycle's JavaScript time was those checks: a regular expression and a Date.parse).
- */
-const MINTED = new WeakSet();
-
-/** `token` frozen and remembered as one this package made (see MINTED). */
-function minted(token) {
-  MINTED.add(Object.freeze(token));
-  return token;
-}
-
-/**
  * A fencing token `{runId, owner, leaseExpiresAt, epoch?}` as JSON-ready plain data.
  * Tokens minted by the TypeScript package (no epoch) are accepted.
  */
 function fence(name, v) {
-  if (MINTED.has(v)) return v;
   if (v === null || typeof v !== 'object' || Array.isArray(v)) {
     throw typeError(`${name} must be a fencing token {runId, owner, leaseExpiresAt}, got ${describe(v)}`);
   }
@@ -272,7 +258,6 @@ function bounded(pending, ms, limit = ms) {
 }
 
 module.exports = {
-  minted,
   bounded,
   referenceShape,
   withExtras,
