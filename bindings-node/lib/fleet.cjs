@@ -32,12 +32,12 @@ const {
   jsonOf,
   firstLine,
   bounded,
+  U32,
 } = require('./util.cjs');
 
 const contract = require('./contract.cjs');
 
 const { maxTtlSeconds: MAX_TTL_SECONDS, runStatuses: RUN_STATUSES, nextStatuses: NEXT_STATUSES } = contract;
-const U32 = 2 ** 32 - 1;
 
 const INVALID_ACQUIRE = () => withExtras({ acquired: false, run: null, reason: 'Invalid input' }, { code: 'invalid-input' });
 /** The reference's AcquireResult fields; `code` is ours (non-enumerable). */
@@ -474,7 +474,7 @@ class HeartFleet {
     const max = maxRetriesOf(maxRetries);
     this._storeTimeoutMs = optInt('storeTimeoutMs', storeTimeoutMs, 1, MAX_TIMER_MS, DEFAULT_STORE_TIMEOUT_MS);
     this._reference =
-      kind === 'reference' ? { casRetries: optInt('casRetries', casRetries, 1, 100, DEFAULT_CAS_RETRIES), timeoutMs: this._storeTimeoutMs } : null;
+      kind === 'reference' ? { casRetries: optInt('casRetries', casRetries, 1, contract.maxCasRetries, DEFAULT_CAS_RETRIES), timeoutMs: this._storeTimeoutMs } : null;
     Object.defineProperty(this, 'store', { value: store, enumerable: true });
     Object.defineProperty(this, 'maxRetries', { value: max === null ? Infinity : max, enumerable: true });
     this._onReceipt = typeof onReceipt === 'function' ? onReceipt : null;

@@ -4,7 +4,7 @@
 const native = require('./native.cjs');
 const { HeartFleet, drive, storeKind, leaseStoreGap } = require('./fleet.cjs');
 const { missingMethods, fillRun } = require('./reference-store.cjs');
-const { typeError, codedError, opts: optsOf, optInt, describe, messageOf } = require('./util.cjs');
+const { typeError, codedError, opts: optsOf, optInt, describe, messageOf, U32 } = require('./util.cjs');
 
 const { defaults, heldStatuses: HELD_STATUSES } = require('./contract.cjs');
 
@@ -245,7 +245,7 @@ class LivenessReclaimer {
       s.errors = s.errors.map((e) => ({ id: e.runId, error: e.error }));
       return s;
     }
-    const limit = optInt('maxReclaimsPerCycle', maxReclaimsPerCycle, 0, 2 ** 32 - 1);
+    const limit = optInt('maxReclaimsPerCycle', maxReclaimsPerCycle, 0, U32);
     const pass = new LivenessPass(this._liveness, this.ttlMs);
     const fleet = this.heart ?? new HeartFleet({ store: pass, maxRetries: null, ...this._fleetOptions });
     const summary = await drive(fleet, 'reclaimDeadInstanceRuns', { ttlMs: this.ttlMs, limit }, undefined, () => pass);

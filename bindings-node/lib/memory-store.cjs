@@ -4,13 +4,12 @@
 // conditionalUpdate, findExpiredLeases, now) and snapshots for tests.
 
 const native = require('./native.cjs');
-const { typeError, rethrowNative, str, int, optInt, msOf, isoOf, describe, knownKeys, firstLine, messageOf } = require('./util.cjs');
+const { typeError, rethrowNative, str, int, optInt, msOf, isoOf, describe, knownKeys, firstLine, messageOf, U32 } = require('./util.cjs');
 const { runRow } = require('./rows.cjs');
 
 const NATIVE = Symbol.for('heart-fleet.native');
 
 const EPOCH = '1970-01-01T00:00:00.000Z';
-const U32 = 2 ** 32 - 1;
 
 /** The agent_runs columns the core's conditional writes address, and the type of their values. */
 const RUN_COLUMNS = Object.freeze({
@@ -275,7 +274,7 @@ class MemoryLeaseStore {
 
   /** Lets `after` matching requests through, then fails the next `times`. */
   failAfter(request, after, times) {
-    this[NATIVE].failAfter(str('request', request), int('after', after, 0, 2 ** 32 - 1), int('times', times, 0, 2 ** 32 - 1));
+    this[NATIVE].failAfter(str('request', request), int('after', after, 0, U32), int('times', times, 0, U32));
   }
 
   /** How many store requests were answered (or failed). */

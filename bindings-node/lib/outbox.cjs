@@ -38,11 +38,11 @@ const {
   rethrowNative,
   withExtras,
   knownKeys,
+  U32,
 } = require('./util.cjs');
 const { toCoreJson, evidenceJson, unstorableEvidence } = require('./canonical.cjs');
 
 const { channels: CHANNELS } = require('./contract.cjs');
-const U32 = 2 ** 32 - 1;
 /** The store requests of the two ledger tables (routed to a `{client}` ledger's store). */
 const LEDGER_OPS = new Set(['claim_intent', 'update_intent', 'scan_intents', 'read_log']);
 const CLIENT_OPTIONS = ['client', 'intentsTable', 'logTable', 'now'];

@@ -47,6 +47,7 @@ function randomUUID() {
   return require('node:crypto').randomUUID();
 }
 const { typeError, describe, knownKeys } = require('./util.cjs');
+const { defaults, maxCasRetries: MAX_CAS_RETRIES } = require('./contract.cjs');
 const { executeRequest, mentions, requestJson, simulate } = require('./store-request.cjs');
 
 const RUN_CAS = ['status', 'lease_owner', 'lease_expires_at', 'retries', 'fencing_epoch', 'updated_at'];
@@ -146,7 +147,7 @@ class SupabaseLeaseStore {
     }
     const options = positional ? { client: clientOrOptions, tables: { runs: table } } : clientOrOptions;
     knownKeys('SupabaseLeaseStore options', options, STORE_OPTIONS);
-    const { client, now, tables = {}, casRetries = 5, pageSize = 1000 } = options;
+    const { client, now, tables = {}, casRetries = defaults.casRetries, pageSize = 1000 } = options;
     if (client === null || typeof client !== 'object' || typeof client.from !== 'function') {
       throw typeError(`SupabaseLeaseStore: client must be a supabase-js client (with from()), got ${describe(client)}`);
     }
@@ -156,7 +157,7 @@ class SupabaseLeaseStore {
     for (const [k, v] of Object.entries(tables)) {
       if (v !== undefined && (typeof v !== 'string' || v === '')) throw typeError(`SupabaseLeaseStore: tables.${k} must be a non-empty string, got ${describe(v)}`);
     }
-    if (!Number.isInteger(casRetries) || casRetries < 1 || casRetries > 100) throw typeError('casRetries must be an integer in 1..=100');
+    if (!Number.isInteger(casRetries) || casRetries < 1 || casRetries > MAX_CAS_RETRIES) throw typeError(`casRetries must be an integer in 1..=${MAX_CAS_RETRIES}`);
     if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 100_000) throw typeError('pageSize must be an integer in 1..=100000');
     const runSource = options[RUN_SOURCE];
     if (runSource !== undefined && typeof runSource !== 'function') throw typeError('SupabaseLeaseStore: the run source must be a function');

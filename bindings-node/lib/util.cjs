@@ -162,6 +162,9 @@ function jsonOf(what, v) {
   }
 }
 
+/** The largest count or limit the core takes (its parameters are u32). */
+const U32 = 2 ** 32 - 1;
+
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 
 /** An instant as `toISOString()` text: a Date, ISO text, or milliseconds since the epoch. */
@@ -258,6 +261,7 @@ function bounded(pending, ms, limit = ms) {
 }
 
 module.exports = {
+  U32,
   bounded,
   referenceShape,
   withExtras,

@@ -21,8 +21,10 @@ import {
   HeartFleetError,
   DurableEffectLedger,
   sendOnce,
+  SupabaseLeaseStore,
 } from '../index.mjs';
 import { FakeSupabase } from './helpers/fake-supabase.mjs';
+import contract from '../lib/contract.cjs';
 
 const R = '00000000-0000-4000-8000-000000000001';
 const R2 = '00000000-0000-4000-8000-000000000002';
@@ -307,6 +309,13 @@ test('unknown HeartFleet options are a TypeError naming them; options a store ca
     assert.throws(() => new HeartFleet({ store, storeTimeoutMs: bad }), (e) => e instanceof TypeError && /storeTimeoutMs must be an integer in 1\.\.=2147483647/.test(e.message));
   }
   assert.throws(() => new HeartFleet({ store: mapStore([], { now: T }), casRetries: 0 }), (e) => e instanceof TypeError && /casRetries/.test(e.message));
+  // The bound is the core's (the contract's maxCasRetries), as is the supabase store's.
+  const max = contract.maxCasRetries;
+  assert.ok(Number.isInteger(max) && max >= contract.defaults.casRetries);
+  assert.ok(new HeartFleet({ store: mapStore([], { now: T }), casRetries: max }));
+  assert.throws(() => new HeartFleet({ store: mapStore([], { now: T }), casRetries: max + 1 }), (e) => e instanceof TypeError && e.message.includes(`casRetries must be an integer in 1..=${max}`));
+  assert.ok(new SupabaseLeaseStore({ client: new FakeSupabase(), casRetries: max }));
+  assert.throws(() => new SupabaseLeaseStore({ client: new FakeSupabase(), casRetries: max + 1 }), (e) => e instanceof TypeError && e.message.includes(`1..=${max}`));
   assert.equal(new HeartFleet({ store, maxRetries: 3 }).maxRetries, 3);
 });
 

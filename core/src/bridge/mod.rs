@@ -79,7 +79,9 @@ pub use canonical::*;
 pub use compact::*;
 pub use memory::*;
 pub use op::*;
-pub use reference::{BridgeReferenceRequests, DEFAULT_CAS_RETRIES, LEASE_STORE_METHODS, LeaseStoreCall};
+pub use reference::{
+    BridgeReferenceRequests, DEFAULT_CAS_RETRIES, LEASE_STORE_METHODS, LeaseStoreCall, MAX_CAS_RETRIES,
+};
 pub use session::*;
 pub use sql::*;
 
@@ -127,9 +129,9 @@ pub fn instance_expired_ms(status: &str, last_heartbeat_ms: f64, now_ms: f64, tt
 /// The contract's constants, for hosts to take instead of copying (JSON): `errorCodes`,
 /// `runStatuses`, `nextStatuses` (what a release may leave a run in), `channels`,
 /// `heldStatuses` (the statuses of a held lease), `maxTtlSeconds`, `digestPrefix`,
-/// `receiptSchemaVersion`, `maxJsonDepth`, `maxEvidenceDepth`, `operations` (the names
-/// [`Call::parse`] takes), `leaseStoreMethods` (the TypeScript package's store contract) and
-/// `defaults` (what an option left out becomes).
+/// `receiptSchemaVersion`, `maxJsonDepth`, `maxEvidenceDepth`, `maxCasRetries`, `operations`
+/// (the names [`Call::parse`] takes), `leaseStoreMethods` (the TypeScript package's store
+/// contract) and `defaults` (what an option left out becomes).
 pub fn contract_json() -> String {
     use crate::ops;
     serde_json::json!({
@@ -143,6 +145,7 @@ pub fn contract_json() -> String {
         "receiptSchemaVersion": crate::receipt::SCHEMA_VERSION,
         "maxJsonDepth": crate::canonical::MAX_JSON_DEPTH,
         "maxEvidenceDepth": ops::MAX_EVIDENCE_DEPTH,
+        "maxCasRetries": MAX_CAS_RETRIES,
         "operations": Call::NAMES,
         "leaseStoreMethods": LEASE_STORE_METHODS,
         "defaults": {

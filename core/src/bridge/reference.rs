@@ -51,6 +51,10 @@ pub const LEASE_STORE_METHODS: [&str; 4] = ["getRun", "conditionalUpdate", "find
 /// How many times a write is decided, by default, when the row keeps changing under it.
 pub const DEFAULT_CAS_RETRIES: u32 = 5;
 
+/// The most times a host may have a write decided (`casRetries`); more is a row that will
+/// not settle, better reported than retried.
+pub const MAX_CAS_RETRIES: u32 = 100;
+
 /// The columns heart-fleet adds to the TypeScript package's `agent_runs` schema: a store
 /// whose rows lack them has them neither compared nor written.
 const OUR_RUN_COLUMNS: [RunCol; 1] = [RunCol::FencingEpoch];
@@ -548,7 +552,7 @@ fn miss(ms: i64) -> StoreAnswer {
 impl ReferenceStore {
     /// The requests of one operation; a write is decided at most `cas_retries` times.
     pub(super) fn new(cas_retries: u32) -> ReferenceStore {
-        ReferenceStore { cas_retries: cas_retries.max(1), known: HashMap::new(), pending: None }
+        ReferenceStore { cas_retries: cas_retries.clamp(1, MAX_CAS_RETRIES), known: HashMap::new(), pending: None }
     }
 
     fn call(&mut self, pending: Pending, call: LeaseStoreCall, first: bool) -> Progress {
