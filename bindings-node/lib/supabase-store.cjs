@@ -46,7 +46,7 @@ function randomUUID() {
   // eslint-disable-next-line global-require
   return require('node:crypto').randomUUID();
 }
-const { typeError, describe, knownKeys } = require('./util.cjs');
+const { typeError, describe, knownKeys, int } = require('./util.cjs');
 const { defaults, maxCasRetries: MAX_CAS_RETRIES } = require('./contract.cjs');
 const { executeRequest, mentions, requestJson, simulate } = require('./store-request.cjs');
 
@@ -157,7 +157,7 @@ class SupabaseLeaseStore {
     for (const [k, v] of Object.entries(tables)) {
       if (v !== undefined && (typeof v !== 'string' || v === '')) throw typeError(`SupabaseLeaseStore: tables.${k} must be a non-empty string, got ${describe(v)}`);
     }
-    if (!Number.isInteger(casRetries) || casRetries < 1 || casRetries > MAX_CAS_RETRIES) throw typeError(`casRetries must be an integer in 1..=${MAX_CAS_RETRIES}`);
+    int('SupabaseLeaseStore: casRetries', casRetries, 1, MAX_CAS_RETRIES);
     if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > 100_000) throw typeError('pageSize must be an integer in 1..=100000');
     const runSource = options[RUN_SOURCE];
     if (runSource !== undefined && typeof runSource !== 'function') throw typeError('SupabaseLeaseStore: the run source must be a function');

@@ -166,7 +166,8 @@ pub struct NativeReferenceRequests {
 
 #[napi]
 impl NativeReferenceRequests {
-    /// The requests of one operation; a write is decided at most `casRetries` times.
+    /// The requests of one operation; a write is decided at most `casRetries` times (taken
+    /// within 1..=the contract's `maxCasRetries`).
     #[napi(constructor)]
     pub fn new(cas_retries: u32) -> NativeReferenceRequests {
         NativeReferenceRequests { inner: bridge::BridgeReferenceRequests::new(cas_retries) }

@@ -249,7 +249,8 @@ def binding(f: Callable[..., Any], skip: int = 0) -> Binding | None:
     """How a generated function takes ``f``'s parameters (after the first ``skip``, passed
     through as they are) so that its own call always binds: a call with its positional
     arguments in place and no keywords (the common case) costs one comparison per
-    parameter; anything else (keywords, extra or missing arguments) is bound again by
+    parameter, one that names them costs a copy of its keywords and a lookup each; anything
+    else (an unknown, duplicated or missing argument, an extra positional) is bound again by
     :func:`binder`'s copy of ``f``'s signature, which gives Python's own binding and its own
     message. None when ``f`` has ``*args``/``**kwargs``, a required keyword-only parameter or
     a parameter named with a leading underscore (it could meet the generated names)."""
@@ -266,18 +267,32 @@ def binding(f: Callable[..., Any], skip: int = 0) -> Binding | None:
     header = [*header, "/", "*_extra", "**_kw"] if header else ["*_extra", "**_kw"]
     names = "".join(f"{p.name}, " for p in own)
     given = "".join(f"{n}, " for n in [*passed, *(p.name for p in positional)])
-    required = [f"{p.name} is _LEFT_OUT" for p in positional if p.default is p.empty]
-    lines = [f"    if {' or '.join(['_extra', '_kw', *required])}:"]
-    lines.append(f"        {names + ' = ' if names else ''}_rebind(_fb, ({given}), _extra, _kw)")
-    settle = [
-        f"        if {p.name} is _LEFT_OUT:\n            {p.name} = _d{i}"
-        if p.kind is p.POSITIONAL_OR_KEYWORD
-        else f"        {p.name} = _d{i}"
-        for i, p in enumerate(own)
-        if p.default is not p.empty
+    missing = " or ".join(f"{p.name} is _LEFT_OUT" for p in positional if p.default is p.empty) or "False"
+    # How many positionals the call gave: the left-out ones are a suffix (positional-only).
+    count = str(len(passed))
+    for k, p in enumerate(positional, start=len(passed) + 1):
+        count = f"{k} if {p.name} is not _LEFT_OUT else {count}"
+    lines = [f"    if _extra or _kw or {missing}:", f"        _given = ({given})[:{count}]", "        _k = None"]
+    # Keywords alone (the other common case): each taken from a copy of the keywords, so an
+    # unknown or duplicated keyword, or a parameter still missing, leaves the call to _rebind.
+    lines += ["        if not _extra:", "            _k = dict(_kw)"]
+    for i, p in enumerate(own):
+        if p.kind is p.POSITIONAL_OR_KEYWORD:
+            lines.append(f"            if {p.name} is _LEFT_OUT:\n                {p.name} = _k.pop({p.name!r}, _LEFT_OUT)")
+        else:
+            lines.append(f"            {p.name} = _k.pop({p.name!r}, _d{i})")
+    lines += [
+        f"        if _k is None or _k or {missing}:",
+        f"            {names + ' = ' if names else ''}_rebind(_fb, _given, _extra, _kw)",
     ]
-    if settle:
-        lines += ["    else:", *settle]
+    keyword_defaults = [f"        {p.name} = _d{i}" for i, p in enumerate(own) if p.kind is p.KEYWORD_ONLY]
+    if keyword_defaults:
+        lines += ["    else:", *keyword_defaults]
+    lines += [
+        f"    if {p.name} is _LEFT_OUT:\n        {p.name} = _d{i}"
+        for i, p in enumerate(own)
+        if p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty
+    ]
     call = ", ".join([*passed, *(p.name if p.kind is p.POSITIONAL_OR_KEYWORD else f"{p.name}={p.name}" for p in own)])
     namespace = {"_LEFT_OUT": _LEFT_OUT, "_rebind": _rebind, **defaults}
     return Binding(", ".join(header), "".join(f"{line}\n" for line in lines), call, namespace)
@@ -307,10 +322,9 @@ def binder(f: Callable[..., Any], qualname: str, skip: int = 0) -> Callable[...,
 
 def _rebind(fb: Callable[..., tuple[Any, ...]], given: tuple[Any, ...], extra: tuple[Any, ...], kw: dict[str, Any]) -> tuple[Any, ...]:
     """Binds a call that was not the common case through ``fb`` (:func:`binder`): its values,
-    or its TypeError raised coded. ``given`` holds the positional parameters in order, those
-    the call left out as the marker (a suffix: they are positional-only)."""
+    or its TypeError raised coded. ``given`` holds the positional arguments the call gave."""
     try:
-        return fb(*(v for v in given if v is not _LEFT_OUT), *extra, **kw)
+        return fb(*given, *extra, **kw)
     except TypeError as e:
         raise InvalidTypeError(str(e)) from None
 

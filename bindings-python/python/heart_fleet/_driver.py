@@ -472,7 +472,11 @@ def twins(
     body = bound.prologue
     if fast is not None:
         body += f"    if {this}._memory:\n        _r = {this}._native.{fast}({args})\n        if _r is not None:\n            return {out}\n"
-    body += f"    _r = _op({bound.call})\n    if _type(_r) is _Plan:\n        _r = RUN\n    return {out}\n"
+
+    def planned(run: str) -> str:
+        """The rest of the body: the op's answer, its plan run by ``run`` (an expression)."""
+        return f"    _r = _op({bound.call})\n    if _type(_r) is _Plan:\n        _r = {run}\n    return {out}\n"
+
     signature = inspect.signature(op)
     returns = inspect.signature(then).return_annotation if then is not None else signature.return_annotation
     if isinstance(returns, str):
@@ -483,7 +487,7 @@ def twins(
         (f"{name}_async", f"await {this}._run_async(_r)", f":meth:`{name}`, awaiting the store."),
     ):
         qualname = f"{owner}.{called}"
-        source = f"{'async ' if run.startswith('await') else ''}def {called}({bound.header}):\n" + body.replace("RUN", run)
+        source = f"{'async ' if run.startswith('await') else ''}def {called}({bound.header}):\n" + body + planned(run)
         namespace = {**bound.namespace, "_op": op, "_Plan": Plan, "_then": then, "_type": type}
         namespace["_fb"] = _check.binder(op, qualname, skip=1)
         fn = _check.generated(source, called, namespace, qualname)

@@ -4,7 +4,10 @@
 //
 //   node bench/sha256.mjs [/path/to/heart_fleet.js ...]
 
-const paths = process.argv.length > 2 ? process.argv.slice(2) : [new URL('../pkg/heart_fleet.js', import.meta.url).href];
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+const paths = process.argv.length > 2 ? process.argv.slice(2).map((p) => pathToFileURL(resolve(p)).href) : [new URL('../pkg/heart_fleet.js', import.meta.url).href];
 const text = 'x'.repeat(4000);
 const builds = [];
 for (const p of paths) builds.push([p, await import(p)]);

@@ -59,7 +59,8 @@ impl NativeFleet {
     /// `begin` over a store with the TypeScript package's `LeaseStore` methods: each store
     /// request comes back as calls of those methods in the core's compact text (its docs:
     /// `bridge::reference`), answered with `resumeClock`, `resumeRead`, `resumeWritten` and `resumeRows`; a
-    /// write is decided at most `casRetries` times when the row keeps changing.
+    /// write is decided at most `casRetries` times (taken within 1..=the contract's
+    /// `maxCasRetries`) when the row keeps changing.
     #[wasm_bindgen(js_name = beginOnReference)]
     pub fn begin_on_reference(
         &mut self,

@@ -198,7 +198,8 @@ pub struct NativeReferenceRequests {
 
 #[wasm_bindgen]
 impl NativeReferenceRequests {
-    /// The requests of one operation; a write is decided at most `casRetries` times.
+    /// The requests of one operation; a write is decided at most `casRetries` times (taken
+    /// within 1..=the contract's `maxCasRetries`).
     #[wasm_bindgen(constructor)]
     pub fn new(cas_retries: JsValue) -> Result<NativeReferenceRequests, JsValue> {
         let cas_retries = crate::uint32("casRetries", &cas_retries)?;

@@ -324,7 +324,8 @@ impl BridgeFleet {
 
     /// [`BridgeFleet::begin`] over a store with the TypeScript package's `LeaseStore`
     /// methods: each store request comes back as the calls of those methods the host makes
-    /// (the `reference` module docs; a write decided at most `cas_retries` times).
+    /// (the `reference` module docs; a write decided at most `cas_retries` times, taken within
+    /// `1..=MAX_CAS_RETRIES`).
     pub fn begin_on_reference(&self, kind: &str, args: &str, cas_retries: u32) -> Begun {
         self.begin_with(kind, args, None, Some(Box::new(ReferenceStore::new(cas_retries))))
     }

@@ -550,7 +550,8 @@ fn miss(ms: i64) -> StoreAnswer {
 }
 
 impl ReferenceStore {
-    /// The requests of one operation; a write is decided at most `cas_retries` times.
+    /// The requests of one operation; a write is decided at most `cas_retries` times, taken
+    /// within `1..=MAX_CAS_RETRIES` (the packages refuse anything else before it gets here).
     pub(super) fn new(cas_retries: u32) -> ReferenceStore {
         ReferenceStore { cas_retries: cas_retries.clamp(1, MAX_CAS_RETRIES), known: HashMap::new(), pending: None }
     }
@@ -749,7 +750,8 @@ fn text_of(progress: Progress) -> BridgeResult<String> {
 }
 
 impl BridgeReferenceRequests {
-    /// The requests of one operation; a write is decided at most `cas_retries` times.
+    /// The requests of one operation; a write is decided at most `cas_retries` times, taken
+    /// within `1..=MAX_CAS_RETRIES`.
     pub fn new(cas_retries: u32) -> BridgeReferenceRequests {
         BridgeReferenceRequests { store: ReferenceStore::new(cas_retries) }
     }
@@ -826,6 +828,17 @@ mod tests {
 
     fn names<'a>(cols: &[&'a str]) -> Vec<&'a str> {
         cols.to_vec()
+    }
+
+    #[test]
+    fn cas_retries_are_taken_within_one_and_the_contracts_bound() {
+        assert_eq!(ReferenceStore::new(0).cas_retries, 1);
+        assert_eq!(ReferenceStore::new(7).cas_retries, 7);
+        assert_eq!(ReferenceStore::new(MAX_CAS_RETRIES).cas_retries, MAX_CAS_RETRIES);
+        assert_eq!(ReferenceStore::new(u32::MAX).cas_retries, MAX_CAS_RETRIES);
+        let contract: Value = serde_json::from_str(&super::super::contract_json()).unwrap();
+        assert_eq!(contract["maxCasRetries"], json!(MAX_CAS_RETRIES));
+        assert_eq!(contract["defaults"]["casRetries"], json!(DEFAULT_CAS_RETRIES));
     }
 
     fn call(p: Progress) -> String {
