@@ -482,12 +482,12 @@ def twins(
     if isinstance(returns, str):
         returns = returns.replace(" | Plan", "")
     made = []
-    for called, run, text in (
-        (name, f"{this}._run(_r)", doc or op.__doc__),
-        (f"{name}_async", f"await {this}._run_async(_r)", f":meth:`{name}`, awaiting the store."),
+    for called, define, run, text in (
+        (name, "def", f"{this}._run(_r)", doc or op.__doc__),
+        (f"{name}_async", "async def", f"await {this}._run_async(_r)", f":meth:`{name}`, awaiting the store."),
     ):
         qualname = f"{owner}.{called}"
-        source = f"{'async ' if run.startswith('await') else ''}def {called}({bound.header}):\n" + body + planned(run)
+        source = f"{define} {called}({bound.header}):\n" + body + planned(run)
         namespace = {**bound.namespace, "_op": op, "_Plan": Plan, "_then": then, "_type": type}
         namespace["_fb"] = _check.binder(op, qualname, skip=1)
         fn = _check.generated(source, called, namespace, qualname)

@@ -50,10 +50,6 @@ def _args(**kw: Any) -> str:
     return json.dumps(kw, separators=(",", ":"))
 
 
-def _identity(v: Any) -> Any:
-    return v
-
-
 def _fenced_token(v: Any) -> FencedOutcome:
     if v.get("outcome") == "ok":
         return FencedOutcome("ok", value=FencingToken.from_json(v["value"]))
