@@ -55,7 +55,7 @@ else
   cargo build -q --release -p heart-fleet-host
   cli=$root/target/release/heart-fleet
 fi
-[ -f target/component/heart_fleet.wasm ] || { say "building the component"; cargo run -q -p xtask -- component; }
+[ -f target/component/heart_fleet.wasm ] || { say "building the component"; bash scripts/npm-bindgen.sh; cargo run -q -p xtask -- component; }
 
 if [ ! -f bindings-node/heart-fleet.linux-x64-gnu.node ] || [ ! -d bindings-node/node_modules/pg ]; then
   say "building bindings-node"

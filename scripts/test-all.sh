@@ -12,9 +12,9 @@
 # Node and npm (Debian's packages) and the npm packages of bindings-node, host-examples/node
 # and host-examples/jco (jco 1.35.0); then, through scripts/test-python.sh, maturin (in a
 # tools venv) and the wheel's test dependencies (pytest, psycopg, mypy in a fresh venv);
-# and through scripts/test-deno.sh, wasm-bindgen-cli 0.2.130 (cargo install) and deno, esbuild and
-# binaryen (npm ci in bindings-wasm/bindgen); and through scripts/fleet-chaos.sh, Debian's
-# libfaketime and a Python venv (target/chaos-venv) with the wheel and psycopg; and through
+# deno, esbuild and binaryen (npm ci in bindings-wasm/bindgen, scripts/npm-bindgen.sh: the
+# component's build runs binaryen's wasm-opt); through scripts/test-deno.sh, wasm-bindgen-cli
+# 0.2.130 (cargo install); and through scripts/fleet-chaos.sh, Debian's libfaketime and a Python venv (target/chaos-venv) with the wheel and psycopg; and through
 # scripts/test-console.sh, prometheus-client (PyPI) in target/console-venv, Debian's chromium
 # and puppeteer-core (npm ci in host-examples/console) for the console's browser test.
 set -euo pipefail
@@ -50,7 +50,8 @@ node tests/canonical-oracle/escape-vectors.mjs --check
 
 # Before `cargo test`: the wasmtime host's tests, the CLI's `--engine component` tests and the
 # component-vs-native benchmark (run once by --all-targets) load it, and fail without it.
-step "the heart:fleet component: build, wrap, validate, import gate"
+step "the heart:fleet component: build, wasm-opt (binaryen from npm), wrap, validate, import gate"
+bash scripts/npm-bindgen.sh
 cargo run -q -p xtask -- component
 
 step "cargo test (workspace)"

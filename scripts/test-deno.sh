@@ -34,10 +34,7 @@ export HEART_FLEET_CLI="${HEART_FLEET_CLI:-${CARGO_TARGET_DIR:-$root/target}/rel
 [ -x "$HEART_FLEET_CLI" ] || cargo build --release -q -p heart-fleet-host --bin heart-fleet
 
 step "npm ci (deno 2.9.6, esbuild, binaryen)"
-# node_modules/.heart-lock: the package-lock.json that the last `npm ci` installed.
-if ! cmp -s "$pkg/package-lock.json" "$pkg/node_modules/.heart-lock"; then
-  (cd "$pkg" && npm ci --no-audit --no-fund && cp package-lock.json node_modules/.heart-lock)
-fi
+bash "$root/scripts/npm-bindgen.sh"
 deno=$pkg/node_modules/.bin/deno
 "$deno" --version | head -n 1
 

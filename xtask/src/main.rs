@@ -1,7 +1,8 @@
-//! Build tasks of the heart-fleet workspace, without extra CLIs to install.
+//! Build tasks of the heart-fleet workspace; the one CLI they run is binaryen's `wasm-opt`
+//! (from npm, `scripts/npm-bindgen.sh`).
 //!
 //! ```text
-//! cargo run -p xtask -- component [--out PATH] [--keep-names]
+//! cargo run -p xtask -- component [--out PATH] [--keep-names] [--wasm-opt LEVEL | --no-wasm-opt]
 //!                                                build the guest, wrap it, check its imports
 //! cargo run -p xtask -- imports PATH             check the imports of a built component
 //! ```
@@ -9,7 +10,10 @@
 //! `component` builds the two guests, `heart-fleet-component` (the lease layer,
 //! `target/component/heart_fleet.wasm`) and `heart-fleet-receipts-component` (the receipt-log
 //! verifier, `heart_fleet_receipts.wasm` beside it), each for `wasm32-unknown-unknown` with the
-//! `component` profile, wraps the core module into a component with the `wit-component` crate's
+//! `component` profile, runs binaryen's `wasm-opt` over the core module ([`WASM_OPT_LEVEL`] by
+//! default, chosen by measurement in BENCHMARKS.md; `wasm-opt` comes from `npm ci` in
+//! `bindings-wasm/bindgen`, from `$WASM_OPT`, or from `PATH`, and a build without it must say
+//! so with `--no-wasm-opt`), wraps the core module into a component with the `wit-component` crate's
 //! `ComponentEncoder` (the same job as `wasm-tools component new`; wit-bindgen embedded the
 //! `component-type` section, so no WIT argument is needed) after dropping the module's
 //! `name` section (function names; `--keep-names` keeps them for readable trap backtraces),
@@ -24,6 +28,14 @@ use std::process::{Command, ExitCode};
 
 use wit_component::{ComponentEncoder, DecodedWasm, WitPrinter};
 use wit_parser::{Resolve, WorldId, WorldItem, WorldKey};
+
+/// The `wasm-opt` level the core modules get unless told otherwise (BENCHMARKS.md, "The
+/// component through wasm-opt").
+const WASM_OPT_LEVEL: &str = "Oz";
+/// The WebAssembly features the guests are built with (Rust's defaults for
+/// `wasm32-unknown-unknown`), which `wasm-opt` must be told to accept.
+const WASM_FEATURES: [&str; 6] =
+    ["bulk-memory", "nontrapping-float-to-int", "sign-ext", "mutable-globals", "multivalue", "reference-types"];
 
 /// The package every import must come from.
 const ALLOWED_IMPORT_PREFIX: &str = "heart:fleet/";
@@ -40,17 +52,18 @@ struct Guest {
     ceiling: usize,
 }
 
-/// The lease component (world `heart-fleet`; BENCHMARKS.md, "The component, typed").
+/// The lease component (world `heart-fleet`; BENCHMARKS.md, "The component through
+/// wasm-opt": 443,102 bytes).
 const LEASE: Guest = Guest {
     package: "heart-fleet-component",
     artifact: "heart_fleet_component.wasm",
     file: "heart_fleet.wasm",
-    ceiling: 530_000,
+    ceiling: 460_000,
 };
 
 /// The receipt-log verifier (world `receipt-verifier`; BENCHMARKS.md, "The receipt chain in
-/// wasm").
-const RECEIPTS_CEILING: usize = 240_000;
+/// wasm"; 205,795 bytes through wasm-opt).
+const RECEIPTS_CEILING: usize = 215_000;
 const RECEIPTS: Guest = Guest {
     package: "heart-fleet-receipts-component",
     artifact: "heart_fleet_receipts_component.wasm",
@@ -110,23 +123,89 @@ fn component(args: &[String]) -> Result<(), String> {
     let root = workspace_root();
     let mut out_path = root.join("target/component").join(LEASE.file);
     let mut keep_names = false;
+    let mut level = Some(WASM_OPT_LEVEL.to_owned());
     let mut rest = args.iter();
+    let usage = "usage: cargo run -p xtask -- component [--out PATH] [--keep-names] [--wasm-opt LEVEL | --no-wasm-opt]";
     while let Some(arg) = rest.next() {
         match arg.as_str() {
             "--out" => out_path = rest.next().map(PathBuf::from).ok_or("--out needs a path")?,
             "--keep-names" => keep_names = true,
-            _ => return Err("usage: cargo run -p xtask -- component [--out PATH] [--keep-names]".into()),
+            "--wasm-opt" => {
+                let given = rest.next().ok_or("--wasm-opt needs a level: O1, O2, O3, O4, Os or Oz")?;
+                if !["O1", "O2", "O3", "O4", "Os", "Oz"].contains(&given.as_str()) {
+                    return Err(format!("--wasm-opt {given}: the level is one of O1, O2, O3, O4, Os, Oz"));
+                }
+                level = Some(given.clone());
+            }
+            "--no-wasm-opt" => level = None,
+            _ => return Err(usage.into()),
         }
     }
+    let opt = match level {
+        Some(level) => Some((wasm_opt_binary(&root)?, level)),
+        None => None,
+    };
     // The verifier goes next to the lease component.
     let receipts_path = out_path.with_file_name(RECEIPTS.file);
-    build(&root, &LEASE, &out_path, keep_names)?;
-    build(&root, &RECEIPTS, &receipts_path, keep_names)
+    build(&root, &LEASE, &out_path, keep_names, opt.as_ref())?;
+    build(&root, &RECEIPTS, &receipts_path, keep_names, opt.as_ref())
+}
+
+/// binaryen's `wasm-opt`: `$WASM_OPT`, else the one `npm ci` installs in
+/// `bindings-wasm/bindgen`, else the first on `PATH`.
+fn wasm_opt_binary(root: &Path) -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("WASM_OPT") {
+        return Ok(PathBuf::from(path));
+    }
+    let npm = root.join("bindings-wasm/bindgen/node_modules/.bin/wasm-opt");
+    if npm.is_file() {
+        return Ok(npm);
+    }
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join("wasm-opt"))
+        .find(|p| p.is_file());
+    on_path.ok_or_else(|| {
+        "wasm-opt not found: run `npm ci` in bindings-wasm/bindgen (binaryen), set WASM_OPT, \
+         or build without it with --no-wasm-opt"
+            .into()
+    })
+}
+
+/// `module` through `wasm-opt -<level>`; custom sections (wit-bindgen's `component-type`)
+/// are kept, and the `name` section only with `keep_names`.
+fn optimize(
+    module: &[u8],
+    (binary, level): &(PathBuf, String),
+    work: &Path,
+    keep_names: bool,
+) -> Result<Vec<u8>, String> {
+    std::fs::create_dir_all(work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+    let (input, output) = (work.join("input.wasm"), work.join("output.wasm"));
+    std::fs::write(&input, module).map_err(|e| format!("cannot write {}: {e}", input.display()))?;
+    let mut cmd = Command::new(binary);
+    cmd.arg(format!("-{level}")).args(WASM_FEATURES.map(|f| format!("--enable-{f}")));
+    if keep_names {
+        cmd.arg("--debuginfo");
+    }
+    let status =
+        cmd.arg(&input).arg("-o").arg(&output).status().map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
+    if !status.success() {
+        return Err(format!("{} -{level} failed ({status})", binary.display()));
+    }
+    std::fs::read(&output).map_err(|e| format!("cannot read {}: {e}", output.display()))
 }
 
 /// Builds one guest, wraps it, validates it, writes it to `out_path`, and checks its size and
 /// imports.
-fn build(root: &Path, guest: &Guest, out_path: &Path, keep_names: bool) -> Result<(), String> {
+fn build(
+    root: &Path,
+    guest: &Guest,
+    out_path: &Path,
+    keep_names: bool,
+    opt: Option<&(PathBuf, String)>,
+) -> Result<(), String> {
     let started = std::time::Instant::now();
     let status = cargo()
         .current_dir(root)
@@ -136,9 +215,14 @@ fn build(root: &Path, guest: &Guest, out_path: &Path, keep_names: bool) -> Resul
     if !status.success() {
         return Err(format!("building {} for wasm32-unknown-unknown failed ({status})", guest.package));
     }
-    let module_path = target_dir(root)?.join("wasm32-unknown-unknown/component").join(guest.artifact);
+    let target = target_dir(root)?;
+    let module_path = target.join("wasm32-unknown-unknown/component").join(guest.artifact);
     let module = std::fs::read(&module_path).map_err(|e| format!("cannot read {}: {e}", module_path.display()))?;
     let module = if keep_names { module } else { strip_names(&module)? };
+    let module = match opt {
+        Some(opt) => optimize(&module, opt, &target.join("wasm-opt").join(guest.package), keep_names)?,
+        None => module,
+    };
     let bytes = ComponentEncoder::default()
         .validate(true)
         .module(&module)
@@ -151,7 +235,8 @@ fn build(root: &Path, guest: &Guest, out_path: &Path, keep_names: bool) -> Resul
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     std::fs::write(out_path, &bytes).map_err(|e| format!("cannot write {}: {e}", out_path.display()))?;
-    println!("core module: {} ({} bytes)", module_path.display(), module.len());
+    let how = opt.map_or_else(|| " without wasm-opt".to_owned(), |(_, level)| format!(" after wasm-opt -{level}"));
+    println!("core module: {} ({} bytes{how})", module_path.display(), module.len());
     println!(
         "component:   {} ({} bytes, {:.1} KiB) in {:.1} s",
         out_path.display(),
