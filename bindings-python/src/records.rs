@@ -23,7 +23,7 @@
 //! from the core's value.
 
 use heart_fleet_core::HeartReceipt as CoreReceipt;
-use heart_fleet_core::ops::{AcquireResult as CoreAcquire, Fenced};
+use heart_fleet_core::ops::{AcquireResult as CoreAcquire, Fenced, LostCause};
 use heart_fleet_core::{ErrorCode, FencingToken as CoreToken, RunRow as CoreRow};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString, PyTuple, PyType};
@@ -472,7 +472,15 @@ record_methods!(HeartReceipt {
 /// `acquire`'s result: `acquired`, the `run`, the `fence` on success, else `reason` and `code`.
 #[pyclass(module = "heart_fleet", frozen)]
 pub struct AcquireResult {
-    fields: Fields<CoreAcquire, 5>,
+    fields: Fields<AcquireRest, 5>,
+}
+
+/// What an [`AcquireResult`] keeps of the core's result once its run and token are records
+/// of their own: small, so making and freeing a result moves no row-sized value.
+pub(crate) struct AcquireRest {
+    acquired: bool,
+    reason: Option<String>,
+    code: Option<ErrorCode>,
 }
 
 impl AcquireResult {
@@ -489,9 +497,9 @@ impl AcquireResult {
 
     /// The result with its run and token moved into records of their own (most callers
     /// read the token, so it is made now rather than copied later).
-    pub(crate) fn from_core(py: Python<'_>, mut r: CoreAcquire) -> PyResult<AcquireResult> {
-        let (run, fence) = (r.run.take(), r.fence.take());
-        let fields = Fields::of_core(r);
+    pub(crate) fn from_core(py: Python<'_>, r: CoreAcquire) -> PyResult<AcquireResult> {
+        let CoreAcquire { acquired, run, fence, reason, code } = r;
+        let fields = Fields::of_core(AcquireRest { acquired, reason, code });
         let run = match run {
             Some(row) => Py::new(py, RunRow::from_core(row))?.into_any(),
             None => py.None(),
@@ -505,7 +513,7 @@ impl AcquireResult {
         Ok(AcquireResult { fields })
     }
 
-    fn build(r: &CoreAcquire, i: usize, py: Python<'_>) -> PyResult<Py<PyAny>> {
+    fn build(r: &AcquireRest, i: usize, py: Python<'_>) -> PyResult<Py<PyAny>> {
         Ok(match i {
             0 => PyBool::new(py, r.acquired).to_owned().into_any().unbind(),
             // The run and the token were moved into their own records (`from_core`).
@@ -529,22 +537,10 @@ impl Nested for AcquireResult {
     }
 }
 
-/// The core's outcome of a fenced write: renew's (a token) or release's (a row); once its
-/// value is moved into a record of its own, `Ok`.
-#[allow(clippy::large_enum_variant, reason = "held once by its record, never moved in bulk")]
+/// The core's outcome of a fenced write: renew's (a token) or release's (a row).
 pub(crate) enum FencedCore {
     Token(Fenced<CoreToken>),
     Row(Fenced<CoreRow>),
-    Ok,
-}
-
-impl FencedCore {
-    fn cause(&self) -> Option<heart_fleet_core::ops::LostCause> {
-        match self {
-            FencedCore::Token(Fenced::Rejected { cause }) | FencedCore::Row(Fenced::Rejected { cause }) => Some(*cause),
-            _ => None,
-        }
-    }
 }
 
 /// A fenced write's outcome: `outcome` `ok` with the `value` (a token or a row), or
@@ -552,7 +548,9 @@ impl FencedCore {
 /// `fence-rejected`.
 #[pyclass(module = "heart_fleet", frozen)]
 pub struct FencedOutcome {
-    fields: Fields<FencedCore, 4>,
+    /// The core value kept is the cause of a rejection (`None`: it went through); the value
+    /// is a record of its own, made with the outcome.
+    fields: Fields<Option<LostCause>, 4>,
 }
 
 impl FencedOutcome {
@@ -568,33 +566,24 @@ impl FencedOutcome {
 
     /// The outcome with its value moved into a record of its own.
     pub(crate) fn from_core(py: Python<'_>, f: FencedCore) -> PyResult<FencedOutcome> {
-        let (core, value) = match f {
-            FencedCore::Token(Fenced::Ok { value }) => {
-                (FencedCore::Ok, Some(Py::new(py, FencingToken::from_core(value))?.into_any()))
+        let (cause, value) = match f {
+            FencedCore::Token(Fenced::Ok { value }) => (None, Py::new(py, FencingToken::from_core(value))?.into_any()),
+            FencedCore::Row(Fenced::Ok { value }) => (None, Py::new(py, RunRow::from_core(value))?.into_any()),
+            FencedCore::Token(Fenced::Rejected { cause }) | FencedCore::Row(Fenced::Rejected { cause }) => {
+                (Some(cause), py.None())
             }
-            FencedCore::Row(Fenced::Ok { value }) => {
-                (FencedCore::Ok, Some(Py::new(py, RunRow::from_core(value))?.into_any()))
-            }
-            rejected => (rejected, None),
         };
-        let fields = Fields::of_core(core);
-        fields.preset(1, value.unwrap_or_else(|| py.None()));
+        let fields = Fields::of_core(cause);
+        fields.preset(1, value);
         Ok(FencedOutcome { fields })
     }
 
-    fn build(f: &FencedCore, i: usize, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let cause = match f {
-            FencedCore::Token(Fenced::Rejected { cause }) | FencedCore::Row(Fenced::Rejected { cause }) => Some(*cause),
-            _ => None,
-        };
-        Ok(match (i, f) {
-            (0, _) => text(py, if cause.is_some() { "rejected" } else { "ok" }),
-            (1, FencedCore::Token(Fenced::Ok { value })) => {
-                Py::new(py, FencingToken::from_core(value.clone()))?.into_any()
-            }
-            (1, FencedCore::Row(Fenced::Ok { value })) => Py::new(py, RunRow::from_core(value.clone()))?.into_any(),
-            (2, _) => opt_text(py, cause.map(|c| c.as_str())),
-            (3, _) => opt_text(py, cause.map(|_| ErrorCode::FenceRejected.as_str())),
+    fn build(cause: &Option<LostCause>, i: usize, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(match i {
+            0 => text(py, if cause.is_some() { "rejected" } else { "ok" }),
+            2 => opt_text(py, cause.map(|c| c.as_str())),
+            3 => opt_text(py, cause.map(|_| ErrorCode::FenceRejected.as_str())),
+            // The value was moved into its own record (`from_core`).
             _ => py.None(),
         })
     }
@@ -605,7 +594,7 @@ record_methods!(FencedOutcome { outcome = 0, value = 1 = None, cause = 2 = None,
     #[getter]
     fn ok(&self, py: Python<'_>) -> PyResult<bool> {
         match &self.fields.core {
-            Some(core) => Ok(core.cause().is_none()),
+            Some(cause) => Ok(cause.is_none()),
             None => self.fields.get(py, 0, FencedOutcome::build)?.bind(py).eq("ok"),
         }
     }
