@@ -9,14 +9,15 @@
 # `heart_test` owned by role `heart`, TLS on with a self-signed certificate, and Debian's
 # PgBouncer in transaction mode in front of it), which the Postgres tests use through
 # DATABASE_URL, HEART_PG_TLS_CA and HEART_PGBOUNCER_URL;
-# Node and npm (Debian's packages) and the npm packages of bindings-node, host-examples/node
-# and host-examples/jco (jco 1.35.0); then, through scripts/test-python.sh, maturin (in a
-# tools venv) and the wheel's test dependencies (pytest, psycopg, mypy in a fresh venv);
-# deno, esbuild and binaryen (npm ci in bindings-wasm/bindgen, scripts/npm-bindgen.sh: the
-# component's build runs binaryen's wasm-opt); through scripts/test-deno.sh, wasm-bindgen-cli
-# 0.2.130 (cargo install); and through scripts/fleet-chaos.sh, Debian's libfaketime and a Python venv (target/chaos-venv) with the wheel and psycopg; and through
-# scripts/test-console.sh, prometheus-client (PyPI) in target/console-venv, Debian's chromium
-# and puppeteer-core (npm ci in host-examples/console) for the console's browser test.
+# Node and npm (Debian's packages); deno, esbuild and binaryen (scripts/npm-bindgen.sh: `npm ci`
+# in bindings-wasm/bindgen; the component's build runs binaryen's wasm-opt); the npm packages of
+# bindings-node, host-examples/node and host-examples/jco (jco 1.35.0); then, through
+# scripts/test-python.sh, maturin (in a tools venv) and the wheel's test dependencies (pytest,
+# psycopg, mypy in a fresh venv); through scripts/test-deno.sh, wasm-bindgen-cli 0.2.130 (cargo
+# install); through scripts/fleet-chaos.sh, Debian's libfaketime and a Python venv
+# (target/chaos-venv) with the wheel and psycopg; and through scripts/test-console.sh,
+# prometheus-client (PyPI) in target/console-venv, Debian's chromium and puppeteer-core (npm ci
+# in host-examples/console) for the console's browser test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

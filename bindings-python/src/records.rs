@@ -538,6 +538,7 @@ impl Nested for AcquireResult {
 }
 
 /// The core's outcome of a fenced write: renew's (a token) or release's (a row).
+#[allow(clippy::large_enum_variant, reason = "moved once, into FencedOutcome::from_core")]
 pub(crate) enum FencedCore {
     Token(Fenced<CoreToken>),
     Row(Fenced<CoreRow>),
