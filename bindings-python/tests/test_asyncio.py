@@ -10,6 +10,7 @@ import pytest
 
 import heart_fleet as hf
 from conftest import LoopTicker, T0
+from heart_fleet._driver import CancelledAfterCommit
 
 
 class SlowStore:
@@ -178,3 +179,88 @@ def test_an_asyncio_store_that_never_answers_fails_at_store_timeout() -> None:
     for bad in (0, -1, float("nan"), "1", True, 10**9):
         with pytest.raises(hf.InvalidTypeError):
             hf.HeartFleet(store, store_timeout=bad)  # type: ignore[arg-type]
+
+
+class CommitsWhenCancelled:
+    """An asyncio store that answers nothing until cancelled, then makes its write and says
+    so (``CancelledAfterCommit``), as a thread-backed store whose COMMIT had returned does."""
+
+    def __init__(self) -> None:
+        self.memory = hf.MemoryLeaseStore(T0)
+        self.memory.insert({"id": "r1"})
+        self.cancelled = 0
+
+    async def execute_json(self, text: str) -> str:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise CancelledAfterCommit(self.memory.execute_json(text)) from None
+        raise AssertionError("never set")
+
+
+def test_a_write_committed_as_store_timeout_cancels_it_is_recorded() -> None:
+    store = CommitsWhenCancelled()
+    heart = hf.HeartFleet(store, store_timeout=0.05)
+
+    async def go() -> hf.AcquireResult:
+        return await heart.acquire_async("r1", "w", 60)
+
+    a = asyncio.run(go())
+    assert store.cancelled == 1
+    assert a.acquired and a.fence is not None, a  # the write stands, so the result says so
+    assert store.memory.get_run("r1").lease_owner == "w"
+    assert heart.metrics.acquire_wins == 1
+
+
+def test_a_caller_cancellation_reaches_the_store_and_a_finished_write_is_returned() -> None:
+    store = CommitsWhenCancelled()
+    heart = hf.HeartFleet(store, store_timeout=0.2)
+
+    async def both() -> tuple[hf.AcquireResult, hf.AcquireResult]:
+        # The write finished the operation: its result, not CancelledError.
+        first = await heart.acquire_async("r1", "w", 60)
+        # The same task goes on: its absorbed cancellation does not turn a later deadline's
+        # write into a cancellation.
+        return first, await heart.acquire_async("r1", "w2", 60)
+
+    async def go() -> tuple[hf.AcquireResult, hf.AcquireResult]:
+        task = asyncio.ensure_future(both())
+        await asyncio.sleep(0.02)
+        task.cancel()  # before the deadline
+        return await task
+
+    first, second = asyncio.run(go())
+    assert first.acquired and first.fence is not None
+    assert not second.acquired and second.code == "lease-held", second
+    assert store.cancelled == 3  # the first acquire's request, the second's write and its read
+    assert store.memory.get_run("r1").lease_owner == "w"
+    assert heart.metrics.acquire_wins == 1 and heart.metrics.acquire_collisions == 1
+
+
+def test_a_store_that_raises_timeout_error_itself_fails_with_its_own_message() -> None:
+    class Raises:
+        async def execute_json(self, text: str) -> str:
+            raise TimeoutError("the driver's own socket timeout")
+
+    heart = hf.HeartFleet(Raises(), store_timeout=30)
+    with pytest.raises(hf.StoreUnavailableError, match="the driver's own socket timeout"):
+        asyncio.run(heart.acquire_async("r1", "w", 60))
+
+
+def test_a_store_that_swallows_the_deadline_and_answers_is_answered() -> None:
+    class Late:
+        def __init__(self) -> None:
+            self.memory = hf.MemoryLeaseStore(T0)
+            self.memory.insert({"id": "r1"})
+
+        async def execute_json(self, text: str) -> str:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                pass  # finishes its work anyway
+            return self.memory.execute_json(text)
+
+    store = Late()
+    heart = hf.HeartFleet(store, store_timeout=0.05)
+    assert asyncio.run(heart.acquire_async("r1", "w", 60)).acquired

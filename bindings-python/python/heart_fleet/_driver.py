@@ -288,32 +288,25 @@ class StoreCall:
 
 
 async def _within(awaitable: Any, seconds: float) -> Any:
-    """``awaitable``'s result within ``seconds``, else ``StoreUnavailableError``. Unlike
-    ``asyncio.wait_for``, a store whose write committed just as it was cancelled still hands
-    back its answer (``CancelledAfterCommit``), so that write is recorded, not lost."""
-    task = asyncio.ensure_future(awaitable)
+    """``awaitable``'s result within ``seconds``, else ``StoreUnavailableError``. The store call
+    runs in the caller's task under ``asyncio.timeout`` (no task of its own: that cost more than
+    the rest of an operation's loop), and is cancelled at the deadline as ``wait_for`` would.
+    Unlike ``wait_for``, a store whose write committed just as the deadline cancelled it still
+    hands back its answer (``CancelledAfterCommit``), so that write is recorded, not lost; a
+    cancellation of the caller reaches the store as if it had been awaited directly."""
+    task = asyncio.current_task()
+    cancelling = task.cancelling() if task is not None else 0
+    deadline = asyncio.timeout(seconds)
     try:
-        done, _ = await asyncio.wait({task}, timeout=seconds)
-    except asyncio.CancelledError:
-        # Our caller was cancelled: cancel the store call too, as if it had been awaited
-        # directly, and pass on a write it could not undo (CancelledAfterCommit).
-        task.cancel()
-        try:
-            answer = await task
-        except asyncio.CancelledError:
-            raise  # CancelledAfterCommit included: run_async records its answer
-        raise CancelledAfterCommit(answer) from None
-    if task in done:
-        return task.result()
-    task.cancel()
-    try:
-        await task
+        async with deadline:
+            return await awaitable
     except CancelledAfterCommit as c:
-        return c.answer
-    except BaseException:  # noqa: BLE001 - cancelled as asked, or failed on the way out
-        pass
-    else:
-        return task.result()
+        if deadline.expired() and (task is None or task.cancelling() == cancelling):
+            return c.answer  # the deadline's cancellation, after the write: keep the write
+        raise  # the caller's cancellation: run_async records the write and decides
+    except Exception:  # noqa: BLE001 - the deadline's TimeoutError, or what the store raised
+        if not deadline.expired():
+            raise
     raise StoreUnavailableError(f"the store gave no answer within {seconds:g} s (store_timeout)")
 
 
