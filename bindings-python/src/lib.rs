@@ -82,9 +82,14 @@ impl NativeFleet {
         NativeFleet { inner: Mutex::new(bridge::BridgeFleet::new(max_retries, sink)), sink: std::sync::OnceLock::new() }
     }
 
-    /// Where the lease cycle's fast path hands receipts (see [`deliver_receipts`]); set once.
+    /// Where every operation's receipts go, as records built here (see [`deliver_receipts`]):
+    /// the steps no longer carry them as JSON. Set once.
     fn set_sink(&self, sink: Py<PyAny>, schedule: Py<PyAny>) -> PyResult<()> {
-        self.sink.set((sink, schedule)).map_err(|_| coded(ErrorCode::InvalidState, "the fleet's sink is already set"))
+        self.sink
+            .set((sink, schedule))
+            .map_err(|_| coded(ErrorCode::InvalidState, "the fleet's sink is already set"))?;
+        locked(&self.inner)?.take_receipts_apart();
+        Ok(())
     }
 
     /// Answers store requests of this fleet's operations from a Rust memory store.
@@ -96,10 +101,15 @@ impl NativeFleet {
     /// Builds operation `kind` from `args` (JSON) and starts it: the final step (JSON text)
     /// when it finished inside Rust, else the [`NativeOp`] to resume.
     fn begin(&self, py: Python<'_>, kind: &str, args: &str) -> PyResult<Py<PyAny>> {
-        let begun = locked(&self.inner)?.begin(kind, args);
+        let (begun, fleet) = {
+            let fleet = locked(&self.inner)?;
+            (fleet.begin(kind, args), fleet.clone())
+        };
+        let sink = self.sink.get().map(|(s, d)| (s.clone_ref(py), d.clone_ref(py)));
+        hand_over(py, &fleet, sink.as_ref())?;
         match begun {
             bridge::Begun::Done(text) => Ok(text.into_pyobject(py)?.into_any().unbind()),
-            bridge::Begun::Pending(op) => Ok(Py::new(py, NativeOp { inner: Mutex::new(op) })?.into_any()),
+            bridge::Begun::Pending(op) => Ok(Py::new(py, NativeOp { inner: Mutex::new(op), fleet, sink })?.into_any()),
         }
     }
 
@@ -263,6 +273,18 @@ fn deliver(sink: &Bound<'_, PyAny>, schedule: &Bound<'_, PyAny>, receipt: &Bound
     }
 }
 
+/// Hands the receipts `fleet` has waiting to the sink, in order, as records (a fleet with a
+/// sink takes them apart from the steps). Called after every call that begins or resumes an
+/// operation, without the fleet's lock held: a sink may call the fleet.
+fn hand_over(py: Python<'_>, fleet: &bridge::BridgeFleet, sink: Option<&(Py<PyAny>, Py<PyAny>)>) -> PyResult<()> {
+    let Some((sink, schedule)) = sink else { return Ok(()) };
+    for r in fleet.take_receipts() {
+        let record = Py::new(py, HeartReceipt::from_core(r))?.into_any();
+        deliver(sink.bind(py), schedule.bind(py), record.bind(py))?;
+    }
+    Ok(())
+}
+
 /// Hands `receipts` to `sink` in order, each as [`deliver`] does: the package's one delivery
 /// rule, for the receipts of operations its own loop drives.
 #[pyfunction]
@@ -279,6 +301,18 @@ fn deliver_receipts(
 #[pyclass(module = "heart_fleet._native", frozen)]
 pub struct NativeOp {
     inner: Mutex<bridge::BridgeOp>,
+    /// The fleet that began it, whose receipts each resume hands to `sink`.
+    fleet: bridge::BridgeFleet,
+    sink: Option<(Py<PyAny>, Py<PyAny>)>,
+}
+
+impl NativeOp {
+    /// Resumes the operation with `answer`, then hands over the receipts that produced.
+    fn resume(&self, py: Python<'_>, answer: impl FnOnce(&mut bridge::BridgeOp) -> String) -> PyResult<String> {
+        let step = answer(&mut *locked(&self.inner)?);
+        hand_over(py, &self.fleet, self.sink.as_ref())?;
+        Ok(step)
+    }
 }
 
 #[pymethods]
@@ -294,43 +328,43 @@ impl NativeOp {
     }
 
     /// The store's answer (StoreAnswer JSON text).
-    fn resume_store(&self, answer: &str) -> PyResult<String> {
-        Ok(locked(&self.inner)?.resume_store(answer))
+    fn resume_store(&self, py: Python<'_>, answer: &str) -> PyResult<String> {
+        self.resume(py, |op| op.resume_store(answer))
     }
 
     /// The store failed: the operation ends with `store-unavailable`.
-    fn resume_store_error(&self, message: &str) -> PyResult<String> {
-        Ok(locked(&self.inner)?.resume_store_error(message))
+    fn resume_store_error(&self, py: Python<'_>, message: &str) -> PyResult<String> {
+        self.resume(py, |op| op.resume_store_error(message))
     }
 
     /// The effect ledger's answer.
-    fn resume_recorded(&self, first: bool) -> PyResult<String> {
-        Ok(locked(&self.inner)?.resume_recorded(first))
+    fn resume_recorded(&self, py: Python<'_>, first: bool) -> PyResult<String> {
+        self.resume(py, |op| op.resume_recorded(first))
     }
 
     /// The effect ledger failed.
-    fn resume_recorded_error(&self, message: &str) -> PyResult<String> {
-        Ok(locked(&self.inner)?.resume_recorded_error(message))
+    fn resume_recorded_error(&self, py: Python<'_>, message: &str) -> PyResult<String> {
+        self.resume(py, |op| op.resume_recorded_error(message))
     }
 
     /// The effect's result (JSON text).
-    fn resume_effect(&self, value: &str) -> PyResult<String> {
-        Ok(locked(&self.inner)?.resume_effect(value))
+    fn resume_effect(&self, py: Python<'_>, value: &str) -> PyResult<String> {
+        self.resume(py, |op| op.resume_effect(value))
     }
 
     /// The effect raised.
-    fn resume_effect_error(&self, message: &str) -> PyResult<String> {
-        Ok(locked(&self.inner)?.resume_effect_error(message))
+    fn resume_effect_error(&self, py: Python<'_>, message: &str) -> PyResult<String> {
+        self.resume(py, |op| op.resume_effect_error(message))
     }
 
     /// The probe's verdict (JSON text).
-    fn resume_probe(&self, verdict: &str) -> PyResult<String> {
-        Ok(locked(&self.inner)?.resume_probe(verdict))
+    fn resume_probe(&self, py: Python<'_>, verdict: &str) -> PyResult<String> {
+        self.resume(py, |op| op.resume_probe(verdict))
     }
 
     /// The probe raised.
-    fn resume_probe_error(&self, message: &str) -> PyResult<String> {
-        Ok(locked(&self.inner)?.resume_probe_error(message))
+    fn resume_probe_error(&self, py: Python<'_>, message: &str) -> PyResult<String> {
+        self.resume(py, |op| op.resume_probe_error(message))
     }
 
     /// Whether the operation finished.

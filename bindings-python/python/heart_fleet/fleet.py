@@ -140,12 +140,13 @@ class HeartFleet:
         method = getattr(store, "execute_json" if self._text_store else "execute", None)
         self._async_store = inspect.iscoroutinefunction(method)
         self._native = _native.NativeFleet(max_retries, on_receipt is not None)
+        if on_receipt is not None and not self._holds_receipts:
+            # The native fleet hands every receipt to the sink itself, as a record.
+            self._native.set_sink(on_receipt, _schedule)
         # On the Rust memory store the lease cycle runs inside Rust and answers typed values.
         self._memory = isinstance(store, MemoryLeaseStore)
         if self._memory:
             self._native.attach_memory_store(store._native)
-            if on_receipt is not None:
-                self._native.set_sink(on_receipt, _schedule)
 
     @property
     def store(self) -> Any:

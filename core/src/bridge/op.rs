@@ -28,6 +28,9 @@ pub(super) struct Shared {
     pub(super) recorder: Recorder,
     /// Whether a host sink takes the receipts instead.
     pub(super) sink: bool,
+    /// With a sink: whether the host takes the receipts apart from the steps, as the core's
+    /// values ([`BridgeFleet::take_receipts`]), instead of in each step's JSON.
+    pub(super) apart: bool,
 }
 
 impl Shared {
@@ -38,6 +41,11 @@ impl Shared {
     /// The receipts waiting for the host's sink (none without one: they are kept).
     pub(super) fn take_pending(&mut self) -> Vec<HeartReceipt> {
         if self.sink { std::mem::take(&mut self.recorder.receipts) } else { Vec::new() }
+    }
+
+    /// The receipts a step carries: the pending ones, unless the host takes them apart.
+    fn take_for_step(&mut self) -> Vec<HeartReceipt> {
+        if self.apart { Vec::new() } else { self.take_pending() }
     }
 }
 
@@ -259,7 +267,7 @@ impl Running {
         if let Some(call) = self.drive(&mut step) {
             return (call, false, String::new());
         }
-        let pending = self.shared.lock().map(|mut s| s.take_pending()).unwrap_or_default();
+        let pending = self.shared.lock().map(|mut s| s.take_for_step()).unwrap_or_default();
         if let Step::Done(Ok(_)) = step
             && let Some(text) = self.op.finish(&pending)
         {
@@ -346,6 +354,21 @@ impl BridgeFleet {
         let first = running.op.start();
         let (text, done, request) = running.run(first);
         if done { Begun::Done(text) } else { Begun::Pending(BridgeOp { running: Some(running), need: text, request }) }
+    }
+
+    /// With a sink: the receipts are no longer written into the steps' JSON; the host takes
+    /// them with [`BridgeFleet::take_receipts`] after each call that begins or resumes an
+    /// operation, as the core's values, and builds its own records from them (no JSON text
+    /// written and parsed again per receipt).
+    pub fn take_receipts_apart(&mut self) {
+        if let Ok(mut s) = self.shared.lock() {
+            s.apart = true;
+        }
+    }
+
+    /// The receipts waiting for the host's sink, in order (none when the fleet keeps them).
+    pub fn take_receipts(&self) -> Vec<HeartReceipt> {
+        self.shared.lock().map(|mut s| s.take_pending()).unwrap_or_default()
     }
 
     /// The 13 counters.
@@ -835,5 +858,33 @@ mod tests {
         let step = json(&text);
         assert_eq!(step["receipts"][0]["event"], "acquired");
         assert_eq!(f.receipt_count(), 0);
+    }
+
+    #[test]
+    fn a_fleet_that_takes_receipts_apart_gets_them_as_values_not_in_the_steps() {
+        let store = memory();
+        let mut f = BridgeFleet::new(Some(5), true);
+        f.take_receipts_apart();
+        f.attach_memory_store(&store);
+        let Begun::Done(text) = f.begin("acquire", r#"{"runId":"r","owner":"w","ttlSeconds":60}"#) else {
+            panic!("expected a finished step");
+        };
+        let step = json(&text);
+        assert!(step.get("receipts").is_none(), "{text}");
+        let fence = step["ok"]["fence"].to_string();
+        let taken = f.take_receipts();
+        assert_eq!(taken.iter().map(|r| r.event.as_str()).collect::<Vec<_>>(), ["acquired"]);
+        assert!(f.take_receipts().is_empty(), "taken once");
+        // An operation resumed by the host: its receipts wait for the host the same way.
+        let Begun::Pending(mut op) = f.begin_on_host("verifyFence", &format!(r#"{{"fence":{fence}}}"#)) else {
+            panic!("pending on the host's store")
+        };
+        let answer = store.execute_json(op.request()).unwrap();
+        let done = json(&op.resume_store(&answer));
+        assert_eq!(done["ok"], true, "{done}");
+        assert!(done.get("receipts").is_none(), "{done}");
+        let taken = f.take_receipts();
+        assert_eq!(taken.iter().map(|r| r.event.as_str()).collect::<Vec<_>>(), ["fence_verified"]);
+        assert_eq!(f.receipt_count(), 0, "nothing kept: a sink takes them");
     }
 }
