@@ -164,6 +164,59 @@ impl NativeFleet {
         typed(py, outcome, self.sink.get(), |f| FencedOutcome::from_core(py, FencedCore::Row(f)))
     }
 
+    /// `acquire` started on any store with plain arguments (as for [`NativeFleet::acquire`]):
+    /// the operation to drive, whose [`NativeOp::result`] is the `AcquireResult`; `None` for
+    /// any other argument (the package's checked path answers).
+    fn start_acquire(
+        &self,
+        py: Python<'_>,
+        run_id: &Bound<'_, PyAny>,
+        owner: &Bound<'_, PyAny>,
+        ttl_seconds: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<NativeOp>> {
+        let (Some(run_id), Some(owner), Some(ttl_seconds)) =
+            (plain_text(run_id), plain_text(owner), plain_int(ttl_seconds))
+        else {
+            return Ok(None);
+        };
+        self.start(py, bridge::Call::Acquire { run_id: run_id.to_owned(), owner: owner.to_owned(), ttl_seconds })
+    }
+
+    /// `try_renew` started on any store: the operation whose result is the `FencedOutcome`,
+    /// or `None` as for [`NativeFleet::renew`].
+    fn start_renew(
+        &self,
+        py: Python<'_>,
+        fence: &Bound<'_, PyAny>,
+        ttl_seconds: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<NativeOp>> {
+        let (Some(fence), Some(ttl_seconds)) = (plain_token(fence), plain_int(ttl_seconds)) else { return Ok(None) };
+        if !(1..=heart_fleet_core::ops::MAX_TTL_SECONDS).contains(&ttl_seconds) {
+            return Ok(None); // the checked path names the package's argument
+        }
+        self.start(py, bridge::Call::Renew { fence: fence.into_owned(), ttl_seconds })
+    }
+
+    /// `try_release` started on any store: the operation whose result is the
+    /// `FencedOutcome`, or `None` as for [`NativeFleet::release`].
+    fn start_release(
+        &self,
+        py: Python<'_>,
+        fence: &Bound<'_, PyAny>,
+        next_status: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<NativeOp>> {
+        let (Some(fence), Some(to)) = (plain_token(fence), plain_text(next_status)) else { return Ok(None) };
+        let Ok(next_status) = heart_fleet_core::ops::ReleaseTo::parse(to) else { return Ok(None) };
+        self.start(py, bridge::Call::Release { fence: fence.into_owned(), next_status })
+    }
+
+    /// `verify_fence` started on any store: the operation whose result is whether the token
+    /// is live, or `None` as for [`NativeFleet::renew`].
+    fn start_verify_fence(&self, py: Python<'_>, fence: &Bound<'_, PyAny>) -> PyResult<Option<NativeOp>> {
+        let Some(fence) = plain_token(fence) else { return Ok(None) };
+        self.start(py, bridge::Call::VerifyFence { fence: fence.into_owned() })
+    }
+
     /// `verify_fence` on the attached memory store: whether the token is live, or `None` as for
     /// [`NativeFleet::renew`].
     fn verify_fence(&self, py: Python<'_>, fence: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
@@ -220,6 +273,20 @@ impl NativeFleet {
     /// How many receipts are kept.
     fn receipt_count(&self) -> PyResult<usize> {
         Ok(locked(&self.inner)?.receipt_count())
+    }
+}
+
+impl NativeFleet {
+    /// Starts `call` with its result kept as the core's value, hands over the receipts that
+    /// produced, and gives the operation to drive.
+    fn start(&self, py: Python<'_>, call: bridge::Call) -> PyResult<Option<NativeOp>> {
+        let (op, fleet) = {
+            let fleet = locked(&self.inner)?;
+            (fleet.start_kept(call), fleet.clone())
+        };
+        let sink = self.sink.get().map(|(s, d)| (s.clone_ref(py), d.clone_ref(py)));
+        hand_over(py, &fleet, sink.as_ref())?;
+        Ok(Some(NativeOp { inner: Mutex::new(op), fleet, sink }))
     }
 }
 
@@ -317,7 +384,7 @@ impl NativeOp {
 
 #[pymethods]
 impl NativeOp {
-    /// The current need (JSON text).
+    /// The current step (JSON text): the need, or once done, the final step.
     fn need(&self) -> PyResult<String> {
         Ok(locked(&self.inner)?.need().to_owned())
     }
@@ -365,6 +432,53 @@ impl NativeOp {
     /// The probe raised.
     fn resume_probe_error(&self, py: Python<'_>, message: &str) -> PyResult<String> {
         self.resume(py, |op| op.resume_probe_error(message))
+    }
+
+    /// The result of a finished operation started by one of the fleet's `start_*` methods, as
+    /// the package's record (`AcquireResult`, `FencedOutcome`) or a `bool`. Taken once; an
+    /// operation that ended in an error has none (its final step has the error).
+    fn result(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        use bridge::KeptResult;
+        let kept = locked(&self.inner)?.take_result();
+        let Some(kept) = kept else {
+            return Err(coded(ErrorCode::InvalidState, "the operation has no result: not finished, failed, or taken"));
+        };
+        Ok(match kept {
+            KeptResult::Acquired(r) => Py::new(py, AcquireResult::from_core(py, r)?)?.into_any(),
+            KeptResult::Renewed(f) => Py::new(py, FencedOutcome::from_core(py, FencedCore::Token(f))?)?.into_any(),
+            KeptResult::Released(f) => Py::new(py, FencedOutcome::from_core(py, FencedCore::Row(f))?)?.into_any(),
+            KeptResult::Verified(live) => PyBool::new(py, live).to_owned().into_any().unbind(),
+        })
+    }
+
+    /// The store's answer was not one (`store-protocol`), or the store failed with another
+    /// code (`store-unavailable` unless it is `invalid-input`): the operation ends with it.
+    fn resume_store_failure(&self, py: Python<'_>, code: &str, message: &str) -> PyResult<String> {
+        self.resume(py, |op| op.resume_store_failure(code, message))
+    }
+
+    /// Answers the operation's store requests with `call(request)` until it is done or needs
+    /// something else, and gives that step (JSON text): the blocking loop for a store object
+    /// with `execute_json`, without a Python frame per step. `call` is the package's: it gives
+    /// `(None, answer_text)`, or `(code, message)` when the store failed or its answer was
+    /// not one (see `resume_store_failure`); what it raises (a `KeyboardInterrupt`, say)
+    /// propagates and leaves the operation where it was. The operation's lock is not held
+    /// while `call` runs.
+    fn drive_store(&self, py: Python<'_>, call: &Bound<'_, PyAny>) -> PyResult<String> {
+        loop {
+            let request = {
+                let op = locked(&self.inner)?;
+                if op.is_done() || op.request().is_empty() {
+                    return Ok(op.need().to_owned());
+                }
+                op.request().to_owned()
+            };
+            let (failure, text): (Option<String>, String) = call.call1((request,))?.extract()?;
+            self.resume(py, |op| match &failure {
+                None => op.resume_store(&text),
+                Some(code) => op.resume_store_failure(code, &text),
+            })?;
+        }
     }
 
     /// Whether the operation finished.

@@ -397,3 +397,87 @@ def test_the_unstorable_form_is_the_cores_first_line_cut_to_200_units_in_every_r
     assert got == {"unstorable": {"type": "object", "reason": "😀" * 100}}
     # A lone surrogate (no UTF-8 form) becomes U+FFFD, as it does from JavaScript.
     assert json.loads(unstorable_evidence("object", "a\ud800b"))["unstorable"]["reason"] == "a\ufffdb"
+
+
+# -- item: a blocking store object's requests, answered inside Rust (NativeOp.drive_store) ---
+
+
+class Answers:
+    """A blocking store with ``execute_json`` whose answer to each request is ``answer(text)``."""
+
+    def __init__(self, answer: Any) -> None:
+        self.memory = hf.MemoryLeaseStore(T0)
+        self.memory.insert({"id": "r1"})
+        self.answer = answer
+        self.calls = 0
+
+    def execute_json(self, text: str) -> Any:
+        self.calls += 1
+        return self.answer(self, text)
+
+
+def _on(store: Answers) -> list[Any]:
+    """Every lease-cycle path of the blocking API on ``store``: the typed one and the checked one."""
+    heart = hf.HeartFleet(store)
+    fence = hf.FencingToken("r1", "w", T1, 1)
+    return [
+        lambda: heart.acquire("r1", "w", 60),
+        lambda: heart.verify_fence(fence),
+        lambda: heart.verify_fence({"runId": "r1", "owner": "w", "leaseExpiresAt": T1}),
+        lambda: heart.get_run("r1"),
+    ]
+
+
+def test_a_blocking_store_that_returns_an_awaitable_fails_the_request_and_says_why() -> None:
+    async def later() -> str:
+        return "{}"
+
+    store = Answers(lambda self, text: later())
+    for call in _on(store):
+        with pytest.raises(hf.StoreUnavailableError, match=r"Answers\.execute_json returned an awaitable: use the \*_async method"):
+            call()
+    assert store.calls == 4
+    assert store.memory.get_run("r1").status == "ready"
+
+
+class AsyncAnswers(Answers):
+    """:class:`Answers` as an asyncio store."""
+
+    async def execute_json(self, text: str) -> Any:  # type: ignore[override]
+        return super().execute_json(text)
+
+
+def _on_async(store: Answers) -> list[Any]:
+    heart = hf.HeartFleet(store)
+    fence = hf.FencingToken("r1", "w", T1, 1)
+    return [
+        lambda: asyncio.run(heart.acquire_async("r1", "w", 60)),
+        lambda: asyncio.run(heart.verify_fence_async(fence)),
+        lambda: asyncio.run(heart.get_run_async("r1")),
+    ]
+
+
+def test_a_store_answering_nonsense_is_store_protocol_and_its_failure_store_unavailable() -> None:
+    for answer, error, says in (
+        (lambda self, text: 42, hf.StoreProtocolError, "the store answered int, not a StoreAnswer$"),
+        (lambda self, text: "not json", hf.StoreProtocolError, "not a StoreAnswer"),
+        (lambda self, text: (_ for _ in ()).throw(ValueError("the disk is gone")), hf.StoreUnavailableError, "the disk is gone"),
+    ):
+        for call in _on(Answers(answer)) + _on_async(AsyncAnswers(answer)):
+            with pytest.raises(error, match=says):
+                call()
+
+
+def test_a_blocking_store_interrupted_mid_request_propagates_it_and_the_fleet_goes_on() -> None:
+    def interrupted(self: Answers, text: str) -> str:
+        if self.calls == 1:
+            raise KeyboardInterrupt
+        return self.memory.execute_json(text)
+
+    store = Answers(interrupted)
+    heart = hf.HeartFleet(store)
+    with pytest.raises(KeyboardInterrupt):
+        heart.acquire("r1", "w", 60)
+    assert store.memory.get_run("r1").status == "ready", "nothing was written"
+    assert heart.acquire("r1", "w", 60).acquired
+    assert heart.metrics.acquire_wins == 1

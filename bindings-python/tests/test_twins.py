@@ -97,7 +97,9 @@ def _replay(memory_store: bool, use_async: bool, keywords: bool = False) -> list
 
 
 def test_the_twins_answer_alike_on_the_memory_store_and_through_a_store_object(monkeypatch: pytest.MonkeyPatch) -> None:
-    # On the memory store the lease cycle is answered inside Rust: no plan is run.
+    # The lease cycle runs no plan (JSON arguments, the checked path): on the memory store it
+    # is answered inside Rust, on a store object it is started with typed values and answers
+    # the core's values (NativeFleet.start_*).
     planned: list[Any] = []
     for run in ("_run", "_run_async"):
 
@@ -107,9 +109,7 @@ def test_the_twins_answer_alike_on_the_memory_store_and_through_a_store_object(m
 
         monkeypatch.setattr(hf.HeartFleet, run, spy)
     replays = {(m, a, k): _replay(m, a, k) for m in (True, False) for a in (False, True) for k in (False, True)}
-    assert planned.count("ensureResourceRun") == 8
-    assert sorted(set(planned)) == ["acquire", "ensureResourceRun", "release", "renew", "verifyFence"]
-    assert len(planned) == 8 + 4 * 11 - 4  # the driven replays plan every call but the bad acquire's
+    assert planned == ["ensureResourceRun"] * 8
     first = replays[(True, False, False)]
     results = [r for _, r in first]
     assert results[0].acquired and not results[1].acquired and results[2].code == "invalid-input"

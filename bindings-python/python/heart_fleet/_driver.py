@@ -142,6 +142,43 @@ def _answer_text(ans: Any) -> str:
     raise TypeError(f"the store answered {type(ans).__name__}, not a StoreAnswer")
 
 
+def _store_answer(ans: Any) -> tuple[str | None, str]:
+    """A store's answer as the machine is resumed with it: ``(None, its text)``, or, for an
+    answer that is not one, ``("store-protocol", why)``, which ends the operation."""
+    try:
+        return None, _answer_text(ans)
+    except (TypeError, ValueError) as e:
+        return "store-protocol", message_of(e)
+
+
+def _refuse_awaitable(fn: Any, v: Any) -> None:
+    """A blocking call's result may not be awaitable (an asyncio store behind a sync method)."""
+    if inspect.isawaitable(v):
+        if inspect.iscoroutine(v):
+            v.close()
+        raise InvalidTypeError(
+            f"{getattr(fn, '__qualname__', 'a callback')} returned an awaitable: "
+            "use the *_async method of the API with an asyncio store or callback"
+        )
+
+
+def _blocking_store(method: Callable[[str], Any]) -> Callable[[str], tuple[str | None, str]]:
+    """A blocking store's ``execute_json`` as ``NativeOp.drive_store`` calls it: ``(None,
+    answer)``, or ``(code, why)`` when it failed or answered nonsense, as :func:`run_sync` and
+    :func:`_steps` would hand it to the machine; a failure that is not an ``Exception``
+    propagates."""
+
+    def call(request: str) -> tuple[str | None, str]:
+        try:
+            v = method(request)
+            _refuse_awaitable(method, v)
+        except Exception as e:  # noqa: BLE001 - handed to the machine, which decides
+            return "store-unavailable", message_of(e)
+        return _store_answer(v)
+
+    return call
+
+
 def start(fleet: Fleetlike, kind: str, args_text: str, counted: Unsettled | None = None) -> Any:
     """Begins an operation: the final step (a dict) when it finished inside Rust, else the op.
     What ``begin`` counts (say acquireAttempts) goes to ``counted``."""
@@ -223,14 +260,11 @@ def _steps(fleet: Fleetlike, op: Any, host: Host | None, held: Held | None, coun
             else:
                 ok, v = yield (StoreCall(store.execute, timeout), json.loads(request))
             if ok:
-                try:
-                    answer = _answer_text(v)
-                except (TypeError, ValueError) as e:
-                    # A store that answers nonsense ends the operation with store-protocol.
-                    invalid = json.dumps({"invalid": message_of(e)})
-                    text = resume(lambda: op.resume_store(invalid))
-                else:
+                failure, answer = _store_answer(v)  # nonsense ends the operation with store-protocol
+                if failure is None:
                     text = resume(lambda: op.resume_store(answer))
+                else:
+                    text = resume(lambda: op.resume_store_failure(failure, answer))
             else:
                 failure = message_of(v)
                 text = resume(lambda: op.resume_store_error(failure))
@@ -320,13 +354,7 @@ def run_sync(gen: Steps) -> dict[str, Any]:
     while True:
         try:
             v = call[0](*call[1:])
-            if inspect.isawaitable(v):
-                if inspect.iscoroutine(v):
-                    v.close()
-                raise InvalidTypeError(
-                    f"{getattr(call[0], '__qualname__', 'a callback')} returned an awaitable: "
-                    "use the *_async method of the API with an asyncio store or callback"
-                )
+            _refuse_awaitable(call[0], v)
             sent: Sent = (True, v)
         except Exception as e:  # noqa: BLE001 - handed to the machine, which decides
             sent = (False, e)
@@ -369,17 +397,30 @@ async def run_async(gen: Steps) -> dict[str, Any]:
             return e.value  # type: ignore[no-any-return]
 
 
-def drive_sync(fleet: Fleetlike, kind: str, args_text: str, host: Host | None = None) -> dict[str, Any]:
-    """Runs an operation with blocking calls; returns the final step."""
+def _blocking(fleet: Fleetlike) -> None:
     if getattr(fleet, "_async_store", False):
         raise InvalidTypeError(
             f"{type(fleet._store).__name__} is an asyncio store: use the *_async method (e.g. acquire_async)"
         )
+
+
+def drive_sync(fleet: Fleetlike, kind: str, args_text: str, host: Host | None = None) -> dict[str, Any]:
+    """Runs an operation with blocking calls; returns the final step."""
+    _blocking(fleet)
     held, counted = _holding(fleet)
     first = start(fleet, kind, args_text, counted)
     if isinstance(first, dict):
         return first
+    if held is None:
+        _drive_store(fleet, first)
     return run_sync(steps(fleet, first, host, held, counted))
+
+
+def _drive_store(fleet: Fleetlike, op: Any) -> None:
+    """Answers a blocking operation's store requests inside Rust while it needs only the store
+    (a store with ``execute_json``); :func:`steps` takes over from the step that leaves."""
+    if fleet._text_store:
+        op.drive_store(_blocking_store(fleet._store.execute_json))
 
 
 async def drive_async(fleet: Fleetlike, kind: str, args_text: str, host: Host | None = None) -> dict[str, Any]:
@@ -389,6 +430,22 @@ async def drive_async(fleet: Fleetlike, kind: str, args_text: str, host: Host | 
     if isinstance(first, dict):
         return first
     return await run_async(steps(fleet, first, host, held, counted))
+
+
+def finish_sync(fleet: Fleetlike, op: Any) -> Any:
+    """Drives an operation the native fleet started with its result kept (``start_acquire``
+    and its siblings, on a store object whose receipts are not held) with blocking calls:
+    its value, built in Rust, or its coded error raised."""
+    _blocking(fleet)
+    _drive_store(fleet, op)
+    ok_of(run_sync(steps(fleet, op, None)))
+    return op.result()
+
+
+async def finish_async(fleet: Fleetlike, op: Any) -> Any:
+    """:func:`finish_sync`, awaiting the store."""
+    ok_of(await run_async(steps(fleet, op, None)))
+    return op.result()
 
 
 def _holding(fleet: Fleetlike) -> tuple[Held | None, Unsettled | None]:
@@ -464,7 +521,10 @@ def twins(
     out = "_then(_r)" if then else "_r"
     body = bound.prologue
     if fast is not None:
+        # On the memory store, the native method answers; on a store object, its start_
+        # twin starts the operation, driven here and answered as the core's value.
         body += f"    if {this}._memory:\n        _r = {this}._native.{fast}({args})\n        if _r is not None:\n            return {out}\n"
+        body += f"    elif {this}._kept:\n        _o = {this}._native.start_{fast}({args})\n        if _o is not None:\n            _r = {{finish}}\n            return {out}\n"
 
     def planned(run: str) -> str:
         """The rest of the body: the op's answer, its plan run by ``run`` (an expression)."""
@@ -475,13 +535,20 @@ def twins(
     if isinstance(returns, str):
         returns = returns.replace(" | Plan", "")
     made = []
-    for called, define, run, text in (
-        (name, "def", f"{this}._run(_r)", doc or op.__doc__),
-        (f"{name}_async", "async def", f"await {this}._run_async(_r)", f":meth:`{name}`, awaiting the store."),
+    for called, define, run, finish, text in (
+        (name, "def", f"{this}._run(_r)", f"_finish({this}, _o)", doc or op.__doc__),
+        (
+            f"{name}_async",
+            "async def",
+            f"await {this}._run_async(_r)",
+            f"await _finish_async({this}, _o)",
+            f":meth:`{name}`, awaiting the store.",
+        ),
     ):
         qualname = f"{owner}.{called}"
-        source = f"{define} {called}({bound.header}):\n" + body + planned(run)
+        source = f"{define} {called}({bound.header}):\n" + body.replace("{finish}", finish) + planned(run)
         namespace = {**bound.namespace, "_op": op, "_Plan": Plan, "_then": then, "_type": type}
+        namespace |= {"_finish": finish_sync, "_finish_async": finish_async}
         namespace["_fb"] = _check.binder(op, qualname, skip=1)
         fn = _check.generated(source, called, namespace, qualname)
         fn.__qualname__ = qualname

@@ -110,6 +110,7 @@ class HeartFleet:
         "_on_receipt",
         "_holds_receipts",
         "_memory",
+        "_kept",
         "_store_timeout",
         "max_retries",
         "__weakref__",
@@ -147,6 +148,9 @@ class HeartFleet:
         self._memory = isinstance(store, MemoryLeaseStore)
         if self._memory:
             self._native.attach_memory_store(store._native)
+        # On a store object the lease cycle is started with typed values and answers the
+        # core's values, unless its receipts commit with its writes (the checked path).
+        self._kept = not self._memory and not self._holds_receipts
 
     @property
     def store(self) -> Any:

@@ -60,6 +60,65 @@ trait DynOp {
     /// The result kept for a compact answer (see `Typed::compact`), with `receipts`: the
     /// compact text, or the JSON when it has no compact form. `None` when nothing was kept.
     fn finish(&mut self, receipts: &[HeartReceipt]) -> Option<String>;
+    /// The result kept as the core's value (a [`Kept`] operation), once it is done.
+    fn take_kept(&mut self) -> Option<KeptResult> {
+        None
+    }
+}
+
+/// The result of a lease-cycle operation started with [`BridgeFleet::start_kept`], as the
+/// core's value: a host that builds its own records from it parses no JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeptResult {
+    /// `acquire`'s.
+    Acquired(ops::AcquireResult),
+    /// `renew`'s: the new token, or why it was rejected.
+    Renewed(ops::Fenced<crate::FencingToken>),
+    /// `release`'s: the released row, or why it was rejected.
+    Released(ops::Fenced<crate::RunRow>),
+    /// `verifyFence`'s: whether the token holds a live lease.
+    Verified(bool),
+}
+
+/// A lease-cycle operation whose result is kept as a [`KeptResult`]: its final step says
+/// `"ok":null`, and [`BridgeOp::take_result`] gives the value.
+struct Kept<T> {
+    machine: Machine<T>,
+    wrap: fn(T) -> KeptResult,
+    kept: Option<KeptResult>,
+}
+
+impl<T> Kept<T> {
+    fn map(&mut self, step: Step<T>) -> Step<String> {
+        match step {
+            Step::Need(n) => Step::Need(n),
+            Step::Done(Ok(v)) => {
+                self.kept = Some((self.wrap)(v));
+                Step::Done(Ok("null".to_owned()))
+            }
+            Step::Done(Err(e)) => Step::Done(Err(e)),
+        }
+    }
+}
+
+impl<T: 'static> DynOp for Kept<T> {
+    fn start(&mut self) -> Step<String> {
+        let step = self.machine.start();
+        self.map(step)
+    }
+    fn resume(&mut self, answer: Answer) -> Step<String> {
+        let step = self.machine.resume(answer);
+        self.map(step)
+    }
+    fn drain(&mut self) -> Vec<Event> {
+        self.machine.drain_events()
+    }
+    fn finish(&mut self, _: &[HeartReceipt]) -> Option<String> {
+        None
+    }
+    fn take_kept(&mut self) -> Option<KeptResult> {
+        self.kept.take()
+    }
 }
 
 struct Typed<T> {
@@ -139,29 +198,48 @@ fn boxed<T: serde::Serialize + Send + 'static>(machine: Machine<T>) -> Box<dyn D
     Box::new(Typed { machine, out: to_json::<T> })
 }
 
-/// A lease-cycle operation, answered compactly when `compact` (the `bridge::compact` form).
+/// How an operation's result reaches the host.
+#[derive(Clone, Copy, PartialEq)]
+enum Form {
+    /// As the JSON the host's API returns.
+    Json,
+    /// The lease cycle's in the compact form (`bridge::compact`), the rest as JSON.
+    Compact,
+    /// The lease cycle's kept as a [`KeptResult`], the rest as JSON.
+    Kept,
+}
+
+/// A lease-cycle operation, its result in `form`.
 fn cycle<T: serde::Serialize + Send + 'static>(
     machine: Machine<T>,
     encode: Encode<T>,
-    compact: bool,
+    wrap: fn(T) -> KeptResult,
+    form: Form,
 ) -> Box<dyn DynOp + Send> {
-    if compact { Box::new(Compact { machine, out: to_json::<T>, encode, kept: None }) } else { boxed(machine) }
+    match form {
+        Form::Json => boxed(machine),
+        Form::Compact => Box::new(Compact { machine, out: to_json::<T>, encode, kept: None }),
+        Form::Kept => Box::new(Kept { machine, wrap, kept: None }),
+    }
 }
 
 fn ensured((run, created): (crate::RunRow, bool)) -> String {
     format!("{{\"run\":{},\"created\":{created}}}", to_json(run))
 }
 
-/// The machine of `call`, its result written as the JSON the host's API returns (with
-/// `compact`, the lease cycle's in the compact form).
-fn build(call: Call, cfg: FleetConfig, compact: bool) -> Box<dyn DynOp + Send> {
+/// The machine of `call`, its result in `form`.
+fn build(call: Call, cfg: FleetConfig, form: Form) -> Box<dyn DynOp + Send> {
     match call {
         Call::Acquire { run_id, owner, ttl_seconds } => {
-            cycle(ops::acquire(cfg, &run_id, &owner, ttl_seconds), compact::acquired, compact)
+            cycle(ops::acquire(cfg, &run_id, &owner, ttl_seconds), compact::acquired, KeptResult::Acquired, form)
         }
-        Call::Renew { fence, ttl_seconds } => cycle(ops::renew(&fence, ttl_seconds), compact::renewed, compact),
-        Call::Release { fence, next_status } => cycle(ops::release(&fence, next_status), compact::released, compact),
-        Call::VerifyFence { fence } => cycle(ops::verify_fence(&fence), compact::verified, compact),
+        Call::Renew { fence, ttl_seconds } => {
+            cycle(ops::renew(&fence, ttl_seconds), compact::renewed, KeptResult::Renewed, form)
+        }
+        Call::Release { fence, next_status } => {
+            cycle(ops::release(&fence, next_status), compact::released, KeptResult::Released, form)
+        }
+        Call::VerifyFence { fence } => cycle(ops::verify_fence(&fence), compact::verified, KeptResult::Verified, form),
         Call::GuardIrreversible { fence, effect_key } => boxed(ops::guard_irreversible(&fence, &effect_key)),
         Call::SendOnce { fence, channel, effect_key, payload } => {
             boxed(ops::send_once(&fence, &channel, &effect_key, &payload))
@@ -346,14 +424,34 @@ impl BridgeFleet {
         reference: Option<Box<ReferenceStore>>,
     ) -> Begun {
         let config = self.shared.lock().map(|s| s.config).unwrap_or_default();
+        let form = if reference.is_some() { Form::Compact } else { Form::Json };
         let op = match Call::parse(kind, args) {
-            Ok(call) => build(call, config, reference.is_some()),
+            Ok(call) => build(call, config, form),
             Err(e) => return Begun::Done(step_json(&Step::Done(Err(e)), Vec::new())),
         };
         let mut running = Running { op, shared: self.shared.clone(), memory, reference };
         let first = running.op.start();
         let (text, done, request) = running.run(first);
-        if done { Begun::Done(text) } else { Begun::Pending(BridgeOp { running: Some(running), need: text, request }) }
+        if done {
+            Begun::Done(text)
+        } else {
+            Begun::Pending(BridgeOp { running: Some(running), need: text, request, kept: None })
+        }
+    }
+
+    /// Starts `call` (built by the host from its own typed values, so no JSON arguments are
+    /// read) with the lease cycle's result kept as a [`KeptResult`]: the operation, finished
+    /// or waiting for the host. Once done, its final step says `"ok":null` and
+    /// [`BridgeOp::take_result`] gives the value (an error stays in the step). Store requests
+    /// go to the attached memory store, if any, else to the host.
+    pub fn start_kept(&self, call: Call) -> BridgeOp {
+        let config = self.shared.lock().map(|s| s.config).unwrap_or_default();
+        let op = build(call, config, Form::Kept);
+        let mut running = Running { op, shared: self.shared.clone(), memory: self.memory.clone(), reference: None };
+        let first = running.op.start();
+        let mut started = BridgeOp { running: Some(running), need: String::new(), request: String::new(), kept: None };
+        started.advance(first);
+        started
     }
 
     /// With a sink: the receipts are no longer written into the steps' JSON; the host takes
@@ -405,6 +503,9 @@ pub struct BridgeOp {
     running: Option<Running>,
     need: String,
     request: String,
+    /// The result of a finished [`BridgeFleet::start_kept`] operation, until taken (boxed:
+    /// a `BridgeOp` stays small while it waits).
+    kept: Option<Box<KeptResult>>,
 }
 
 impl std::fmt::Debug for BridgeOp {
@@ -435,7 +536,8 @@ fn finished() -> String {
 }
 
 impl BridgeOp {
-    /// The current need (JSON text).
+    /// The current step (JSON text): what the operation needs, or once it is done, its
+    /// final step.
     pub fn need(&self) -> &str {
         &self.need
     }
@@ -465,13 +567,18 @@ impl BridgeOp {
         };
         let (text, done, request) = running.run(step);
         if done {
+            self.kept = running.op.take_kept().map(Box::new);
             self.running = None;
-            self.request.clear();
-        } else {
-            self.need.clone_from(&text);
-            self.request = request;
         }
+        self.need.clone_from(&text);
+        self.request = request;
         text
+    }
+
+    /// The result of a finished [`BridgeFleet::start_kept`] operation (`None` before it
+    /// finished, after an error, or once taken).
+    pub fn take_result(&mut self) -> Option<KeptResult> {
+        self.kept.take().map(|kept| *kept)
     }
 
     /// The store's answer (StoreAnswer JSON). Text that is not a StoreAnswer ends the
@@ -858,6 +965,53 @@ mod tests {
         let step = json(&text);
         assert_eq!(step["receipts"][0]["event"], "acquired");
         assert_eq!(f.receipt_count(), 0);
+    }
+
+    #[test]
+    fn a_kept_operation_gives_the_core_value_the_typed_memory_path_gives() {
+        use crate::ops::Fenced;
+        // The same acquire → verify → release on two equal stores: one attached (typed
+        // path), one answered by the host (kept path).
+        let (attached, hosted) = (memory(), memory());
+        let mut typed = BridgeFleet::new(Some(5), false);
+        typed.attach_memory_store(&attached);
+        let kept = BridgeFleet::new(Some(5), false);
+        let host = |call: Call| {
+            let mut op = kept.start_kept(call);
+            while !op.is_done() {
+                let answer = hosted.execute_json(op.request()).unwrap();
+                let step = json(&op.resume_store(&answer));
+                if step["done"] == true {
+                    assert_eq!(step.get("ok"), Some(&Value::Null), "{step}");
+                }
+            }
+            op.take_result()
+        };
+        let (want, _) = typed.acquire_typed("r", "w", 60).unwrap();
+        let want = want.unwrap();
+        let call = Call::Acquire { run_id: "r".into(), owner: "w".into(), ttl_seconds: 60 };
+        assert_eq!(host(call), Some(KeptResult::Acquired(want.clone())));
+        let fence = want.fence.clone().unwrap();
+        assert_eq!(host(Call::VerifyFence { fence: fence.clone() }), Some(KeptResult::Verified(true)));
+        let (row, _) = typed.release_typed(&fence, "completed").unwrap();
+        let released =
+            host(Call::Release { fence: fence.clone(), next_status: ops::ReleaseTo::parse("completed").unwrap() });
+        assert!(matches!(&released, Some(KeptResult::Released(Fenced::Ok { .. }))), "{released:?}");
+        assert_eq!(released, Some(KeptResult::Released(row.unwrap())));
+        // Rejected: still a value (the cause), not an error.
+        let again = host(Call::Renew { fence: fence.clone(), ttl_seconds: 60 });
+        assert!(matches!(again, Some(KeptResult::Renewed(Fenced::Rejected { .. }))), "{again:?}");
+        // Finished at once (a bad token): the error is in the step, no value.
+        let bad = crate::FencingToken { run_id: String::new(), ..fence };
+        let mut op = kept.start_kept(Call::VerifyFence { fence: bad });
+        assert!(op.is_done());
+        assert_eq!(json(op.need())["error"]["code"], "invalid-input");
+        assert_eq!(op.take_result(), None);
+        // Taken once.
+        let mut op = kept.start_kept(Call::Acquire { run_id: "r".into(), owner: "w".into(), ttl_seconds: 0 });
+        assert!(op.is_done(), "a bad ttl answers at once");
+        assert!(matches!(op.take_result(), Some(KeptResult::Acquired(ops::AcquireResult { acquired: false, .. }))));
+        assert_eq!(op.take_result(), None);
     }
 
     #[test]
