@@ -198,28 +198,32 @@ fn boxed<T: serde::Serialize + Send + 'static>(machine: Machine<T>) -> Box<dyn D
     Box::new(Typed { machine, out: to_json::<T> })
 }
 
-/// How an operation's result reaches the host.
-#[derive(Clone, Copy, PartialEq)]
-enum Form {
-    /// As the JSON the host's API returns.
-    Json,
-    /// The lease cycle's in the compact form (`bridge::compact`), the rest as JSON.
-    Compact,
-    /// The lease cycle's kept as a [`KeptResult`], the rest as JSON.
-    Kept,
-}
-
-/// A lease-cycle operation, its result in `form`.
+/// A lease-cycle operation, answered compactly when `compact` (the `bridge::compact` form).
 fn cycle<T: serde::Serialize + Send + 'static>(
     machine: Machine<T>,
     encode: Encode<T>,
-    wrap: fn(T) -> KeptResult,
-    form: Form,
+    compact: bool,
 ) -> Box<dyn DynOp + Send> {
-    match form {
-        Form::Json => boxed(machine),
-        Form::Compact => Box::new(Compact { machine, out: to_json::<T>, encode, kept: None }),
-        Form::Kept => Box::new(Kept { machine, wrap, kept: None }),
+    if compact { Box::new(Compact { machine, out: to_json::<T>, encode, kept: None }) } else { boxed(machine) }
+}
+
+/// A lease-cycle operation whose result is kept as a [`KeptResult`] (`wrap`).
+fn kept<T: 'static + Send>(machine: Machine<T>, wrap: fn(T) -> KeptResult) -> Box<dyn DynOp + Send> {
+    Box::new(Kept { machine, wrap, kept: None })
+}
+
+/// The machine of `call` for [`BridgeFleet::start_kept`]: the lease cycle's result kept, the
+/// rest as JSON. A function of its own, so a host that never keeps results (the wasm
+/// packages) carries none of this code.
+fn build_kept(call: Call, cfg: FleetConfig) -> Box<dyn DynOp + Send> {
+    match call {
+        Call::Acquire { run_id, owner, ttl_seconds } => {
+            kept(ops::acquire(cfg, &run_id, &owner, ttl_seconds), KeptResult::Acquired)
+        }
+        Call::Renew { fence, ttl_seconds } => kept(ops::renew(&fence, ttl_seconds), KeptResult::Renewed),
+        Call::Release { fence, next_status } => kept(ops::release(&fence, next_status), KeptResult::Released),
+        Call::VerifyFence { fence } => kept(ops::verify_fence(&fence), KeptResult::Verified),
+        other => build(other, cfg, false),
     }
 }
 
@@ -227,19 +231,16 @@ fn ensured((run, created): (crate::RunRow, bool)) -> String {
     format!("{{\"run\":{},\"created\":{created}}}", to_json(run))
 }
 
-/// The machine of `call`, its result in `form`.
-fn build(call: Call, cfg: FleetConfig, form: Form) -> Box<dyn DynOp + Send> {
+/// The machine of `call`, its result written as the JSON the host's API returns (with
+/// `compact`, the lease cycle's in the compact form).
+fn build(call: Call, cfg: FleetConfig, compact: bool) -> Box<dyn DynOp + Send> {
     match call {
         Call::Acquire { run_id, owner, ttl_seconds } => {
-            cycle(ops::acquire(cfg, &run_id, &owner, ttl_seconds), compact::acquired, KeptResult::Acquired, form)
+            cycle(ops::acquire(cfg, &run_id, &owner, ttl_seconds), compact::acquired, compact)
         }
-        Call::Renew { fence, ttl_seconds } => {
-            cycle(ops::renew(&fence, ttl_seconds), compact::renewed, KeptResult::Renewed, form)
-        }
-        Call::Release { fence, next_status } => {
-            cycle(ops::release(&fence, next_status), compact::released, KeptResult::Released, form)
-        }
-        Call::VerifyFence { fence } => cycle(ops::verify_fence(&fence), compact::verified, KeptResult::Verified, form),
+        Call::Renew { fence, ttl_seconds } => cycle(ops::renew(&fence, ttl_seconds), compact::renewed, compact),
+        Call::Release { fence, next_status } => cycle(ops::release(&fence, next_status), compact::released, compact),
+        Call::VerifyFence { fence } => cycle(ops::verify_fence(&fence), compact::verified, compact),
         Call::GuardIrreversible { fence, effect_key } => boxed(ops::guard_irreversible(&fence, &effect_key)),
         Call::SendOnce { fence, channel, effect_key, payload } => {
             boxed(ops::send_once(&fence, &channel, &effect_key, &payload))
@@ -424,9 +425,8 @@ impl BridgeFleet {
         reference: Option<Box<ReferenceStore>>,
     ) -> Begun {
         let config = self.shared.lock().map(|s| s.config).unwrap_or_default();
-        let form = if reference.is_some() { Form::Compact } else { Form::Json };
         let op = match Call::parse(kind, args) {
-            Ok(call) => build(call, config, form),
+            Ok(call) => build(call, config, reference.is_some()),
             Err(e) => return Begun::Done(step_json(&Step::Done(Err(e)), Vec::new())),
         };
         let mut running = Running { op, shared: self.shared.clone(), memory, reference };
@@ -446,7 +446,7 @@ impl BridgeFleet {
     /// go to the attached memory store, if any, else to the host.
     pub fn start_kept(&self, call: Call) -> BridgeOp {
         let config = self.shared.lock().map(|s| s.config).unwrap_or_default();
-        let op = build(call, config, Form::Kept);
+        let op = build_kept(call, config);
         let mut running = Running { op, shared: self.shared.clone(), memory: self.memory.clone(), reference: None };
         let first = running.op.start();
         let mut started = BridgeOp { running: Some(running), need: String::new(), request: String::new(), kept: None };
