@@ -261,7 +261,11 @@ export type Expr = { val: Val } | 'now' | { now_plus: number } | { add: [string,
 export type StoreRequest =
   | { op: 'now' }
   | { op: 'read_run'; run_id: string }
-  | { op: 'update_run'; run_id: string; when: Cond; set: [string, Expr][]; want_before: boolean }
+  /**
+   * `want_after` (absent means `true`): `false` when the operation needs only whether the
+   * write hit (verifyFence); the store may then answer `run_hit` instead of the rows.
+   */
+  | { op: 'update_run'; run_id: string; when: Cond; set: [string, Expr][]; want_before: boolean; want_after?: boolean }
   | { op: 'scan_runs'; when: Cond; order: 'expires_at' | 'updated_at_desc'; limit: number }
   | { op: 'ensure_run'; idempotency_key: string; objective: string; created_by: string }
   | { op: 'claim_intent'; run_id: string; effect_key: string; channel: string; payload_digest: string }
@@ -284,6 +288,8 @@ export type StoreReply =
   | { kind: 'now' }
   | { kind: 'run'; run: AgentRunRow | null }
   | { kind: 'run_write'; before: AgentRunRow | null; after: AgentRunRow | null }
+  /** For an `update_run` with `want_after: false`: whether the write hit, no row. */
+  | { kind: 'run_hit'; hit: boolean }
   | { kind: 'runs'; runs: AgentRunRow[] }
   | { kind: 'ensured'; run: AgentRunRow; created: boolean }
   | { kind: 'claim'; intent: IntentRow; claimed: boolean }

@@ -250,6 +250,7 @@ pub(crate) fn mismatch(step: &str, got: &Answer) -> HeartError {
             R::Now => "a store reply of kind now",
             R::Run { .. } => "a store reply of kind run",
             R::RunWrite { .. } => "a store reply of kind run_write",
+            R::RunHit { .. } => "a store reply of kind run_hit",
             R::Runs { .. } => "a store reply of kind runs",
             R::Ensured { .. } => "a store reply of kind ensured",
             R::Claim { .. } => "a store reply of kind claim",

@@ -275,7 +275,10 @@ impl MemoryStore {
         Ok(match req {
             StoreRequest::Now => StoreReply::Now,
             StoreRequest::ReadRun { run_id } => StoreReply::Run { run: self.run(&run_id).cloned() },
-            StoreRequest::UpdateRun { run_id, when, set, want_before } => {
+            StoreRequest::UpdateRun { run_id, when, set, want_before, want_after: false } => {
+                StoreReply::RunHit { hit: self.write_run(&run_id, &when, &set, want_before)?.is_some() }
+            }
+            StoreRequest::UpdateRun { run_id, when, set, want_before, want_after: true } => {
                 match self.write_run(&run_id, &when, &set, want_before)? {
                     Some(i) => StoreReply::RunWrite {
                         before: if want_before { self.before.take() } else { None },
@@ -442,7 +445,9 @@ impl LeaseStore for MemoryStore {
     }
 
     fn write_run_in_place(&mut self, req: &StoreRequest) -> Option<Result<RunWriteRef<'_>, StoreError>> {
-        let StoreRequest::UpdateRun { run_id, when, set, want_before } = req else {
+        // The rows are lent, not copied: a request that does not want the row after the
+        // write costs nothing more for having it.
+        let StoreRequest::UpdateRun { run_id, when, set, want_before, .. } = req else {
             return None;
         };
         let now = self.now;
@@ -525,6 +530,7 @@ mod tests {
                             when: when.clone(),
                             set: set.clone(),
                             want_before,
+                            want_after: true,
                         });
                     }
                 }

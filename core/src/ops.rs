@@ -361,7 +361,7 @@ async fn update_run(
     set: Vec<Assign<RunCol>>,
     want_before: bool,
 ) -> Result<(Timestamp, Option<RunRow>, Option<RunRow>), HeartError> {
-    let req = StoreRequest::UpdateRun { run_id: run_id.to_owned(), when, set, want_before };
+    let req = StoreRequest::UpdateRun { run_id: run_id.to_owned(), when, set, want_before, want_after: true };
     run_write(io.store(step, req).await?, step)
 }
 
@@ -403,8 +403,8 @@ fn record_recovery(out: &mut (impl Emit + ?Sized), before_owner: Option<&str>, a
 
 async fn verify_inner(io: &mut Io, token: &FencingToken) -> Result<(bool, Timestamp), HeartError> {
     let mut answer = io.ask(Need::Store(lease::verify_request(token))).await?;
-    let written = Reply::Owned(&mut answer).written(lease::VERIFY_STEP)?;
-    let live = written.after.row().is_some();
+    let written = Reply::Owned(&mut answer).written_or_hit(lease::VERIFY_STEP)?;
+    let live = written.after.hit();
     lease::record_verification(io, token, live, written.now);
     Ok((live, written.now))
 }

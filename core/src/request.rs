@@ -373,7 +373,8 @@ pub enum StoreRequest {
     },
     /// One atomic conditional write of one run. Answer: [`StoreReply::RunWrite`] with the
     /// row after the write (`None` on a miss) and, when `want_before`, the row before it
-    /// on a hit.
+    /// on a hit; or, when the request does not `want_after`, [`StoreReply::RunHit`]: only
+    /// whether the write hit (a store may still answer `RunWrite`).
     UpdateRun {
         /// The run.
         run_id: String,
@@ -383,6 +384,11 @@ pub enum StoreRequest {
         set: Vec<Assign<RunCol>>,
         /// Return the row as it was before the write.
         want_before: bool,
+        /// Return the row after the write. `false` for an operation that only needs to know
+        /// whether the write hit (`verifyFence`): its answer then carries no row. Absent from
+        /// the JSON form when `true`, the default.
+        #[serde(skip_serializing_if = "is_true")]
+        want_after: bool,
     },
     /// Runs matching a condition. Answer: [`StoreReply::Runs`].
     ScanRuns {
@@ -477,6 +483,12 @@ pub enum StoreReply {
         /// The row after the write; `None` when the condition did not hold or the run is missing.
         after: Option<RunRow>,
     },
+    /// For a [`StoreRequest::UpdateRun`] that does not `want_after`: whether the write hit
+    /// (the condition held and the run exists), no row.
+    RunHit {
+        /// Whether the write hit.
+        hit: bool,
+    },
     /// For [`StoreRequest::ScanRuns`].
     Runs {
         /// The rows.
@@ -527,7 +539,7 @@ impl<'de> Deserialize<'de> for StoreReply {
 impl crate::tagged::Tagged for StoreReply {
     const TAG: &'static str = "kind";
     const KINDS: &'static [&'static str] =
-        &["now", "run", "run_write", "runs", "ensured", "claim", "intent", "intents", "log", "instances"];
+        &["now", "run", "run_write", "run_hit", "runs", "ensured", "claim", "intent", "intents", "log", "instances"];
 
     fn variant<'de, D: serde::Deserializer<'de>>(kind: &str, d: D) -> Result<StoreReply, D::Error> {
         use fields::*;
@@ -541,6 +553,7 @@ impl crate::tagged::Tagged for StoreReply {
                 let f = RunWriteFields::deserialize(d)?;
                 StoreReply::RunWrite { before: f.before, after: f.after }
             }
+            "run_hit" => StoreReply::RunHit { hit: RunHitFields::deserialize(d)?.hit },
             "runs" => StoreReply::Runs { runs: RunsFields::deserialize(d)?.runs },
             "ensured" => {
                 let f = EnsuredFields::deserialize(d)?;
@@ -609,7 +622,13 @@ impl crate::tagged::Tagged for StoreRequest {
             "read_run" => StoreRequest::ReadRun { run_id: ReadRunFields::deserialize(d)?.run_id },
             "update_run" => {
                 let f = UpdateRunFields::deserialize(d)?;
-                StoreRequest::UpdateRun { run_id: f.run_id, when: f.when, set: f.set, want_before: f.want_before }
+                StoreRequest::UpdateRun {
+                    run_id: f.run_id,
+                    when: f.when,
+                    set: f.set,
+                    want_before: f.want_before,
+                    want_after: f.want_after,
+                }
             }
             "scan_runs" => {
                 let f = ScanRunsFields::deserialize(d)?;
@@ -684,6 +703,8 @@ mod fields {
         pub(super) when: Cond<RunCol>,
         pub(super) set: Vec<Assign<RunCol>>,
         pub(super) want_before: bool,
+        #[serde(default = "super::yes")]
+        pub(super) want_after: bool,
     }
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -741,6 +762,10 @@ mod fields {
     pub(super) struct RunWriteFields {
         pub(super) before: Option<RunRow>,
         pub(super) after: Option<RunRow>,
+    }
+    #[derive(Deserialize)]
+    pub(super) struct RunHitFields {
+        pub(super) hit: bool,
     }
     #[derive(Deserialize)]
     pub(super) struct RunsFields {
@@ -923,6 +948,17 @@ pub fn apply_run_update(
     lookup: &dyn Lookup,
 ) -> Result<Option<RunRow>, String> {
     apply_update(row, when, set, now, lookup)
+}
+
+/// `want_after`'s default (serde takes a function).
+fn yes() -> bool {
+    true
+}
+
+/// Whether `want_after` is its default, so the JSON form leaves it out.
+#[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
+fn is_true(v: &bool) -> bool {
+    *v
 }
 
 fn text(v: Val, what: &str) -> Result<String, String> {
@@ -1135,6 +1171,7 @@ mod tests {
         Now,
         Run { run: Option<RunRow> },
         RunWrite { before: Option<RunRow>, after: Option<RunRow> },
+        RunHit { hit: bool },
         Runs { runs: Vec<RunRow> },
         Ensured { run: RunRow, created: bool },
         Claim { intent: IntentRow, claimed: bool },
@@ -1152,6 +1189,7 @@ mod tests {
             Derived::Now => json!({ "kind": "now" }),
             Derived::Run { run } => json!({ "kind": "run", "run": run }),
             Derived::RunWrite { before, after } => json!({ "kind": "run_write", "before": before, "after": after }),
+            Derived::RunHit { hit } => json!({ "kind": "run_hit", "hit": hit }),
             Derived::Runs { runs } => json!({ "kind": "runs", "runs": runs }),
             Derived::Ensured { run, created } => json!({ "kind": "ensured", "run": run, "created": created }),
             Derived::Claim { intent, claimed } => json!({ "kind": "claim", "intent": intent, "claimed": claimed }),
@@ -1177,6 +1215,8 @@ mod tests {
             when: Cond<RunCol>,
             set: Vec<Assign<RunCol>>,
             want_before: bool,
+            #[serde(default = "super::yes", skip_serializing_if = "super::is_true")]
+            want_after: bool,
         },
         ScanRuns {
             when: Cond<RunCol>,
@@ -1322,6 +1362,9 @@ mod tests {
             ("run", vec![]),
             ("run_write", vec![("before", row.clone()), ("after", row.clone())]),
             ("run_write", vec![("after", Value::Null)]),
+            ("run_hit", vec![("hit", json!(true))]),
+            ("run_hit", vec![("hit", json!(false)), ("after", row.clone())]),
+            ("run_hit", vec![]),
             ("runs", vec![("runs", json!([row.clone(), row.clone()]))]),
             ("runs", vec![]),
             ("ensured", vec![("run", row.clone()), ("created", json!(true))]),
@@ -1352,7 +1395,7 @@ mod tests {
                 checked += 1;
             }
         }
-        assert_eq!(checked, 34);
+        assert_eq!(checked, 40);
         for text in ["{}", r#"{"run":null}"#, r#"{"kind":5}"#, r#"{"run":null,"kind":5}"#, "[]", "null"] {
             assert!(derived(text).is_err() && by_hand(text).is_err(), "{text}");
         }

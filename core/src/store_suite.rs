@@ -159,8 +159,8 @@ impl Lookup for NoTables {
     }
 }
 
-/// A conditional write of a run: (name, when, set, want_before).
-type WriteShape = (&'static str, Cond<RunCol>, Vec<Assign<RunCol>>, bool);
+/// A conditional write of a run: (name, when, set, want_before, want_after).
+type WriteShape = (&'static str, Cond<RunCol>, Vec<Assign<RunCol>>, bool, bool);
 
 /// The conditions and assignments the operations use.
 fn write_shapes(token: &FencingToken) -> Vec<WriteShape> {
@@ -202,19 +202,23 @@ fn write_shapes(token: &FencingToken) -> Vec<WriteShape> {
         (RunCol::UpdatedAt, Expr::Now),
     ];
     vec![
-        ("acquire", acquirable, acquire_like, true),
+        ("acquire", acquirable, acquire_like, true, true),
         (
             "renew",
             holds_token(token),
             vec![(RunCol::LeaseExpiresAt, Expr::NowPlus(30_000)), (RunCol::UpdatedAt, Expr::Now)],
             false,
+            true,
         ),
-        ("reclaim", Cond::And(vec![held(), Cond::ExpiredAt(RunCol::LeaseExpiresAt)]), recovery, false),
+        // verifyFence's write: only whether it hit, no row.
+        ("verify", holds_token(token), vec![(RunCol::UpdatedAt, Expr::Now)], false, false),
+        ("reclaim", Cond::And(vec![held(), Cond::ExpiredAt(RunCol::LeaseExpiresAt)]), recovery, false, true),
         (
             "resource-release",
             Cond::And(vec![holds_token(token), Cond::StartsWith(RunCol::IdempotencyKey, "suite:".into())]),
             vec![(RunCol::Status, Expr::Val(Val::status(RunStatus::Ready))), (RunCol::Retries, Expr::Val(Val::Int(0)))],
             false,
+            true,
         ),
     ]
 }
@@ -249,7 +253,7 @@ fn conditional_writes<F: StoreFixture>(f: &mut F) -> Result<(), String> {
             lease_expires_at: row.lease_expires_at.unwrap_or(at(now, HOUR)),
             epoch: Some(5),
         };
-        for (name, when, set, want_before) in write_shapes(&token) {
+        for (name, when, set, want_before, want_after) in write_shapes(&token) {
             // Each shape on a fresh copy of the row, so shapes do not see each other's writes.
             n += 1;
             let mut copy = row.clone();
@@ -257,29 +261,62 @@ fn conditional_writes<F: StoreFixture>(f: &mut F) -> Result<(), String> {
             copy.assignment_id = run_id(100_000 + n);
             copy.idempotency_key = format!("suite:{n}");
             seed_run(f, &mut store, &copy)?;
-            let req =
-                StoreRequest::UpdateRun { run_id: copy.id.clone(), when: when.clone(), set: set.clone(), want_before };
+            let req = StoreRequest::UpdateRun {
+                run_id: copy.id.clone(),
+                when: when.clone(),
+                set: set.clone(),
+                want_before,
+                want_after,
+            };
             let answer = exec(&mut store, req)?;
             let want = apply_update(&copy, &when, &set, answer.now, &NoTables).map_err(|e| e.to_string())?;
-            let StoreReply::RunWrite { before, after } = answer.reply else {
-                return Err(format!("{name}: wrong reply kind"));
-            };
             let ctx = format!(
                 "{name} on {:?}/{:?}/{:?}/retries {}",
                 row.status, row.lease_expires_at, row.lease_owner, row.retries
             );
-            expect_eq(&format!("{ctx}: after"), &after, &want)?;
-            let want_before = if want_before && want.is_some() { Some(copy.clone()) } else { None };
-            expect_eq(&format!("{ctx}: before"), &before, &want_before)?;
+            match answer.reply {
+                StoreReply::RunWrite { before, after } if want_after => {
+                    expect_eq(&format!("{ctx}: after"), &after, &want)?;
+                    let want_before = if want_before && want.is_some() { Some(copy.clone()) } else { None };
+                    expect_eq(&format!("{ctx}: before"), &before, &want_before)?;
+                }
+                StoreReply::RunHit { hit } if !want_after => {
+                    expect_eq(&format!("{ctx}: hit"), &hit, &want.is_some())?;
+                    // The write happened (or not) all the same: the row as read now.
+                    let read = exec(&mut store, StoreRequest::ReadRun { run_id: copy.id.clone() })?;
+                    let StoreReply::Run { run } = read.reply else {
+                        return Err(format!("{ctx}: read: wrong reply kind"));
+                    };
+                    expect_eq(&format!("{ctx}: the row after"), &run, &Some(want.unwrap_or_else(|| copy.clone())))?;
+                }
+                _ => return Err(format!("{ctx}: wrong reply kind (want_after {want_after})")),
+            }
             checked += 1;
         }
     }
     // A missing run is a miss, not an error.
     let answer = exec(
         &mut store,
-        StoreRequest::UpdateRun { run_id: run_id(999_999), when: Cond::True, set: vec![], want_before: true },
+        StoreRequest::UpdateRun {
+            run_id: run_id(999_999),
+            when: Cond::True,
+            set: vec![],
+            want_before: true,
+            want_after: true,
+        },
     )?;
     expect_eq("write to a missing run", answer.reply, StoreReply::RunWrite { before: None, after: None })?;
+    let answer = exec(
+        &mut store,
+        StoreRequest::UpdateRun {
+            run_id: run_id(999_999),
+            when: Cond::True,
+            set: vec![(RunCol::UpdatedAt, Expr::Now)],
+            want_before: false,
+            want_after: false,
+        },
+    )?;
+    expect_eq("a hit-only write to a missing run", answer.reply, StoreReply::RunHit { hit: false })?;
     if checked < 100 {
         return Err(format!("only {checked} writes checked"));
     }

@@ -18,6 +18,12 @@
 //!   time per cycle of the server backend and of the client thread (`/proc/…/schedstat`, so
 //!   the server must run on this machine). Then the planning time of each statement of a
 //!   cycle (`EXPLAIN (SUMMARY ON)`).
+//! * **verify**: `verify_fence` calls per second on a lease each client holds, 1 and 4
+//!   clients: `HeartFleet<PgStore>` (its statement returns only whether the write hit), the
+//!   same fleet over a store that asks every write for the row after it (`heart_rows`, the
+//!   statement verify sent before it asked only for the hit), and the floor, one prepared
+//!   plain `UPDATE … SET updated_at … RETURNING id` with the same condition. Same rounds and
+//!   rotation as the cycle.
 //! * **sweep**: `reclaim_expired(100)` on a table of `--rows` runs (1,000,000) with 10,000
 //!   expired leases (1 %), against a table of 10,000 runs that are all expired: the scan
 //!   statement alone (its median over repeated executions), one batch of 100, and batches
@@ -34,7 +40,7 @@
 //!
 //! ```text
 //! DATABASE_URL=postgres://heart:heart@127.0.0.1:5432/heart_test \
-//!   cargo bench -p heart-fleet-stores --bench postgres -- [cycle] [wire] [sweep] [--secs=3] [--rounds=3] \
+//!   cargo bench -p heart-fleet-stores --bench postgres -- [cycle] [wire] [verify] [sweep] [--secs=3] [--rounds=3] \
 //!   [--rows=1000000] [--sync-off]
 //! ```
 //!
@@ -82,6 +88,7 @@ struct Opts {
     url: String,
     full: bool,
     cycle: bool,
+    verify: bool,
     wire: bool,
     sweep: bool,
     secs: f64,
@@ -101,6 +108,7 @@ fn opts(url: String) -> Res<Opts> {
         url,
         full,
         cycle: false,
+        verify: false,
         wire: false,
         sweep: false,
         secs: if full { 3.0 } else { 0.1 },
@@ -115,6 +123,7 @@ fn opts(url: String) -> Res<Opts> {
         match a.as_str() {
             "--bench" => {}
             "cycle" => o.cycle = true,
+            "verify" => o.verify = true,
             "wire" => o.wire = true,
             "sweep" => o.sweep = true,
             "--sync-off" => o.sync_off = true,
@@ -129,14 +138,14 @@ fn opts(url: String) -> Res<Opts> {
                     // libtest-style flags (`--nocapture`, `--quiet`, …): not ours, ignored.
                 } else {
                     return fail(format!(
-                        "unknown argument {a:?}: use cycle, wire, sweep, --secs=, --rounds=, --rows=, --sync-off"
+                        "unknown argument {a:?}: use cycle, wire, verify, sweep, --secs=, --rounds=, --rows=, --sync-off"
                     ));
                 }
             }
         }
     }
-    if !(o.cycle || o.wire || o.sweep) {
-        (o.cycle, o.wire, o.sweep) = (true, true, true);
+    if !(o.cycle || o.wire || o.verify || o.sweep) {
+        (o.cycle, o.wire, o.verify, o.sweep) = (true, true, true, true);
     }
     if o.rows < o.expired || o.rows % o.expired != 0 {
         return fail(format!("--rows must be a multiple of {} (the expired count)", o.expired));
@@ -154,7 +163,7 @@ fn main() -> Res<()> {
     };
     let o = opts(url)?;
     println!("mode: {}; load average at start: {}", if o.full { "bench" } else { "test (tiny sizes)" }, loadavg());
-    if o.cycle || o.wire {
+    if o.cycle || o.wire || o.verify {
         let mut schema = Schema::new(&o.url, "cycle")?;
         if o.sync_off {
             // The schema's URL ends in its `options`: add one more.
@@ -166,6 +175,9 @@ fn main() -> Res<()> {
         }
         if o.cycle {
             cycle_section(&o, &schema)?;
+        }
+        if o.verify {
+            verify_section(&o, &schema)?;
         }
     }
     if o.sweep {
@@ -529,6 +541,11 @@ fn client_runs(schema: &Schema, clients: usize) -> Res<Vec<String>> {
 /// `clients` threads, each with its own connection, cycling until `secs` have passed after
 /// they all connected: total cycles per second.
 fn timed(variant: Variant, config: &postgres::Config, runs: &[String], secs: f64) -> Res<f64> {
+    timed_with(&|run| cycler(variant, config, run, false), runs, secs)
+}
+
+/// [`timed`] with the clients `make` makes, one per run.
+fn timed_with(make: &(dyn Fn(&str) -> Res<Box<dyn Cycler>> + Sync), runs: &[String], secs: f64) -> Res<f64> {
     let barrier = Barrier::new(runs.len());
     let results: Vec<Res<(u64, Duration)>> = thread::scope(|s| {
         let handles: Vec<_> = runs
@@ -536,7 +553,7 @@ fn timed(variant: Variant, config: &postgres::Config, runs: &[String], secs: f64
             .map(|run| {
                 let barrier = &barrier;
                 s.spawn(move || -> Res<(u64, Duration)> {
-                    let made = cycler(variant, config, run, false);
+                    let made = make(run);
                     // Wait for the others even when connecting failed, so nobody hangs.
                     barrier.wait();
                     let mut c = made?;
@@ -615,6 +632,192 @@ fn cycle_section(o: &Opts, schema: &Schema) -> Res<()> {
                 median(rates),
                 median(ratios.clone())
             );
+        }
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------------------
+// Verify
+// ------------------------------------------------------------------------------------------
+
+/// The floor of a verification: one conditional single-row `UPDATE` with verify's condition
+/// that returns only the id.
+const PLAIN_VERIFY: &str = "UPDATE agent_runs SET updated_at = clock_timestamp() \
+     WHERE id = $1::text::uuid AND status IN ('leased', 'running') AND lease_owner = $2::text \
+     AND lease_expires_at = $3::text::timestamptz AND lease_expires_at > clock_timestamp() \
+     AND fencing_epoch = $4::int8 RETURNING id::text";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum VerifyVariant {
+    /// `HeartFleet<PgStore>`, as shipped: the statement returns only whether it hit.
+    Heart,
+    /// `HeartFleet` over [`WantRows`]`<PgStore>`: the statement returns the row after the
+    /// write, as verify's did before it asked only for the hit.
+    HeartRows,
+    /// [`PLAIN_VERIFY`], prepared once.
+    PlainPrepared,
+}
+
+impl VerifyVariant {
+    const ALL: [VerifyVariant; 3] = [VerifyVariant::Heart, VerifyVariant::HeartRows, VerifyVariant::PlainPrepared];
+
+    fn name(self) -> &'static str {
+        match self {
+            VerifyVariant::Heart => "heart (HeartFleet<PgStore>, the hit only)",
+            VerifyVariant::HeartRows => "heart_rows (the row after the write, as before)",
+            VerifyVariant::PlainPrepared => "plain_prepared",
+        }
+    }
+}
+
+/// Not shipped: a store that asks every conditional write for the row after it.
+struct WantRows<S>(S);
+
+impl<S: LeaseStore> LeaseStore for WantRows<S> {
+    fn execute(&mut self, mut req: StoreRequest) -> Result<StoreAnswer, StoreError> {
+        if let StoreRequest::UpdateRun { want_after, .. } = &mut req {
+            *want_after = true;
+        }
+        self.0.execute(req)
+    }
+}
+
+/// A client verifying the lease it took on its run (an hour long: it outlives the bench).
+struct FleetVerifier<S: LeaseStore> {
+    fleet: HeartFleet<S>,
+    fence: heart_fleet_core::FencingToken,
+}
+
+impl<S: LeaseStore> FleetVerifier<S> {
+    fn new(store: S, run_id: &str) -> Res<FleetVerifier<S>> {
+        let mut fleet = HeartFleet::new(store).with_sink(Box::new(discard));
+        let acq = fleet.acquire(run_id, &format!("verify-{run_id}"), 3600)?;
+        match acq.fence.filter(|_| acq.acquired) {
+            Some(fence) => Ok(FleetVerifier { fleet, fence }),
+            None => fail(format!("verify: acquire missed: {:?}", acq.reason)),
+        }
+    }
+
+    /// Gives the lease back, so the next variant can take it.
+    fn release(mut self) -> Res<()> {
+        match self.fleet.release(&self.fence, ReleaseTo::Ready)? {
+            Fenced::Ok { .. } => Ok(()),
+            Fenced::Rejected { cause } => fail(format!("verify: release rejected: {cause:?}")),
+        }
+    }
+}
+
+impl<S: LeaseStore> Cycler for FleetVerifier<S> {
+    fn cycle(&mut self) -> Res<()> {
+        if self.fleet.verify_fence(&self.fence)? { Ok(()) } else { fail("verify: the lease was not live") }
+    }
+    fn statements(&self) -> u64 {
+        0
+    }
+}
+
+/// The floor's client: the lease taken through the fleet, then verified by [`PLAIN_VERIFY`].
+struct PlainVerifier {
+    client: postgres::Client,
+    prepared: postgres::Statement,
+    fence: heart_fleet_core::FencingToken,
+    holder: FleetVerifier<PgStore>,
+}
+
+impl Cycler for PlainVerifier {
+    fn cycle(&mut self) -> Res<()> {
+        let f = &self.fence;
+        let expiry = f.lease_expires_at.to_iso();
+        let epoch = f.epoch.unwrap_or(0);
+        let rows = self.client.query(&self.prepared, &[&f.run_id, &f.owner, &expiry, &epoch])?;
+        if rows.len() == 1 { Ok(()) } else { fail("plain verify missed") }
+    }
+    fn statements(&self) -> u64 {
+        0
+    }
+}
+
+/// A verifying client of `variant`: takes the lease, verifies until dropped, then releases.
+struct Releasing(Option<Box<dyn ReleasingCycler>>);
+
+trait ReleasingCycler: Cycler {
+    fn release(self: Box<Self>) -> Res<()>;
+}
+
+impl<S: LeaseStore> ReleasingCycler for FleetVerifier<S> {
+    fn release(self: Box<Self>) -> Res<()> {
+        FleetVerifier::release(*self)
+    }
+}
+
+impl ReleasingCycler for PlainVerifier {
+    fn release(self: Box<Self>) -> Res<()> {
+        self.holder.release()
+    }
+}
+
+impl Cycler for Releasing {
+    fn cycle(&mut self) -> Res<()> {
+        match &mut self.0 {
+            Some(c) => c.cycle(),
+            None => fail("verify: released already"),
+        }
+    }
+    fn statements(&self) -> u64 {
+        0
+    }
+}
+
+impl Drop for Releasing {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take()
+            && let Err(e) = c.release()
+        {
+            eprintln!("verify: could not release: {e}");
+        }
+    }
+}
+
+fn verifier(variant: VerifyVariant, config: &postgres::Config, run_id: &str) -> Res<Box<dyn Cycler>> {
+    let store = PgStore::connect(&url_of(config))?;
+    let inner: Box<dyn ReleasingCycler> = match variant {
+        VerifyVariant::Heart => Box::new(FleetVerifier::new(store, run_id)?),
+        VerifyVariant::HeartRows => Box::new(FleetVerifier::new(WantRows(store), run_id)?),
+        VerifyVariant::PlainPrepared => {
+            let holder = FleetVerifier::new(store, run_id)?;
+            let mut client = config.connect(postgres::NoTls)?;
+            let prepared = client.prepare(PLAIN_VERIFY)?;
+            Box::new(PlainVerifier { client, prepared, fence: holder.fence.clone(), holder })
+        }
+    };
+    Ok(Box::new(Releasing(Some(inner))))
+}
+
+fn verify_section(o: &Opts, schema: &Schema) -> Res<()> {
+    let config = postgres::Config::from_str(&schema.url)?;
+    println!(
+        "\n## verify: verify_fence calls/s on a held lease, {} round(s) of {} s per variant and client count",
+        o.rounds, o.secs
+    );
+    for clients in [1usize, 4] {
+        let runs = client_runs(schema, clients)?;
+        let mut per: HashMap<VerifyVariant, Vec<f64>> = HashMap::new();
+        for round in 0..o.rounds {
+            for k in 0..VerifyVariant::ALL.len() {
+                let v = VerifyVariant::ALL[(k + round) % VerifyVariant::ALL.len()];
+                let rate = timed_with(&|run| verifier(v, &config, run), &runs, o.secs)?;
+                per.entry(v).or_default().push(rate);
+            }
+        }
+        println!("\n{clients} client(s), load average now {}:", loadavg());
+        println!("| variant | verifications/s, median of rounds | ratio to plain_prepared in the same round: median |");
+        println!("|---|---|---|");
+        let floor = per.get(&VerifyVariant::PlainPrepared).cloned().unwrap_or_default();
+        for v in VerifyVariant::ALL {
+            let rates = per.get(&v).cloned().unwrap_or_default();
+            let ratios: Vec<f64> = rates.iter().zip(&floor).map(|(r, f)| r / f).collect();
+            println!("| {} | {:.0} | {:.2}x |", v.name(), median(rates), median(ratios));
         }
     }
     Ok(())

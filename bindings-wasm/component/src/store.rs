@@ -203,7 +203,9 @@ fn request(req: StoreRequest) -> ls::StoreRequest {
     match req {
         StoreRequest::Now => ls::StoreRequest::Now,
         StoreRequest::ReadRun { run_id } => ls::StoreRequest::ReadRun(run_id),
-        StoreRequest::UpdateRun { run_id, when, set, want_before } => ls::StoreRequest::UpdateRun(ls::UpdateRun {
+        // The WIT's update-run always answers with the row after the write; a request that
+        // wants only whether it hit (`want_after: false`) takes that row as the hit.
+        StoreRequest::UpdateRun { run_id, when, set, want_before, .. } => ls::StoreRequest::UpdateRun(ls::UpdateRun {
             run_id,
             when: condition(when),
             set: assignments(set),

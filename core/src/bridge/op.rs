@@ -875,6 +875,36 @@ mod tests {
     }
 
     #[test]
+    fn verify_asks_only_whether_its_write_hit_and_a_hit_never_passes_for_a_row() {
+        let f = fleet(None);
+        let fence = r#"{"fence":{"runId":"r","owner":"w","leaseExpiresAt":"2026-07-30T00:01:00.000Z"}}"#;
+        let now = r#""now":"2026-07-30T00:00:00.000Z""#;
+        let row = serde_json::to_string(&crate::RunRow::ready("r", "k", crate::Timestamp(0))).unwrap();
+        // The request says so; a hit-only answer decides, and so does a store that answers
+        // the rows anyway (one that predates want_after).
+        for (reply, live) in [
+            (r#"{"kind":"run_hit","hit":true}"#.to_owned(), true),
+            (r#"{"kind":"run_hit","hit":false}"#.to_owned(), false),
+            (format!(r#"{{"kind":"run_write","before":null,"after":{row}}}"#), true),
+            (r#"{"kind":"run_write","before":null,"after":null}"#.to_owned(), false),
+        ] {
+            let Begun::Pending(mut op) = f.begin("verifyFence", fence) else { panic!("pending") };
+            assert_eq!(json(op.request())["want_after"], false);
+            let done = json(&op.resume_store(&format!("{{{now},\"reply\":{reply}}}")));
+            assert_eq!(done["ok"], live, "{reply}: {done}");
+        }
+        // Every other write wants the row: `want_after` is left out of its JSON (the default),
+        // and a hit-only answer is a protocol error, not a miss.
+        let Begun::Pending(mut op) = f.begin("acquire", r#"{"runId":"r","owner":"w","ttlSeconds":60}"#) else {
+            panic!("pending");
+        };
+        assert!(json(op.request()).get("want_after").is_none(), "{}", op.request());
+        let done = json(&op.resume_store(&format!(r#"{{{now},"reply":{{"kind":"run_hit","hit":true}}}}"#)));
+        assert_eq!(done["error"]["code"], "store-protocol", "{done}");
+        assert!(done["error"]["message"].as_str().unwrap().contains("kind run_hit"), "{done}");
+    }
+
+    #[test]
     fn bad_arguments_and_unknown_operations_are_invalid_input() {
         let f = fleet(None);
         for (kind, args) in [("renew", "{}"), ("release", r#"{"fence":1}"#), ("nope", "{}"), ("acquire", "not json")] {

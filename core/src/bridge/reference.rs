@@ -819,6 +819,7 @@ mod tests {
                 (RunCol::FencingEpoch, Expr::Add(RunCol::FencingEpoch, 1)),
             ],
             want_before: false,
+            want_after: true,
         }
     }
 
@@ -875,6 +876,7 @@ mod tests {
             when: Cond::Eq(RunCol::Status, Val::Text("ready".into())),
             set: vec![(RunCol::UpdatedAt, Expr::Now)],
             want_before: false,
+            want_after: true,
         };
         let run = RunRow::ready("r", "k", Timestamp(T0));
         let d = decide(&touch, &run, &names(&["status"]), T0).unwrap();
@@ -884,6 +886,7 @@ mod tests {
             when: Cond::Eq(RunCol::Status, Val::Text("leased".into())),
             set: vec![],
             want_before: false,
+            want_after: true,
         };
         let d = decide(&no, &run, &names(&["status"]), T0).unwrap();
         assert!(d.after.is_none() && d.patch.is_empty());
@@ -914,10 +917,12 @@ mod tests {
             let d = decide(&request, row, &all, at).unwrap();
             let mut store = MemoryStore::new(Timestamp(at));
             store.insert_exact(row.clone()).unwrap();
-            let StoreReply::RunWrite { after, .. } = store.execute(request.clone()).unwrap().reply else {
-                panic!("a run write");
-            };
-            assert_eq!(d.after, after, "{request:?} at {at}");
+            match store.execute(request.clone()).unwrap().reply {
+                StoreReply::RunWrite { after, .. } => assert_eq!(d.after, after, "{request:?} at {at}"),
+                // verifyFence's write wants only whether it hit.
+                StoreReply::RunHit { hit } => assert_eq!(d.after.is_some(), hit, "{request:?} at {at}"),
+                other => panic!("a run write: {other:?}"),
+            }
         }
     }
 
@@ -1011,6 +1016,7 @@ mod tests {
             when: Cond::Eq(RunCol::Status, Val::Text("leased".into())),
             set: vec![(RunCol::Status, Expr::Val(Val::Text("ready".into())))],
             want_before: true,
+            want_after: true,
         };
         // No clock, no read: the write is the first call of its request.
         assert!(call(s.start(reclaim)).starts_with("U\u{1f}r\u{1f}"));

@@ -105,14 +105,25 @@ pub(crate) enum After<'a> {
     Lent(Option<&'a RunRow>),
     /// In the host's answer, from which a result that keeps it takes it.
     InAnswer(&'a mut Option<RunRow>),
+    /// Only whether the write hit: the answer to a request that did not `want_after`.
+    Hit(bool),
 }
 
 impl After<'_> {
-    /// The row.
+    /// The row (none in an answer that says only whether the write hit).
     pub(crate) fn row(&self) -> Option<&RunRow> {
         match self {
             After::Lent(row) => *row,
             After::InAnswer(row) => row.as_ref(),
+            After::Hit(_) => None,
+        }
+    }
+
+    /// Whether the write hit, from the row or from an answer that carries none.
+    pub(crate) fn hit(&self) -> bool {
+        match self {
+            After::Hit(hit) => *hit,
+            other => other.row().is_some(),
         }
     }
 
@@ -121,6 +132,7 @@ impl After<'_> {
         match self {
             After::Lent(row) => row.cloned(),
             After::InAnswer(row) => row.take(),
+            After::Hit(_) => None,
         }
     }
 }
@@ -137,6 +149,19 @@ impl<'a> Reply<'a> {
             Reply::Lent(Err(e)) => Err(HeartError::store(step, &e)),
             Reply::Owned(Answer::Store(Err(e))) => Err(HeartError::store(step, e)),
             Reply::Owned(other) => Err(mismatch(step, other)),
+        }
+    }
+
+    /// The answer to a conditional run write that did not `want_after` at `step`: whether it
+    /// hit, said by a `run_hit` reply or by a store that answered the rows anyway. (An
+    /// operation that wants the row takes [`Reply::written`], which refuses `run_hit`: a
+    /// write that hit must not pass for a miss.)
+    pub(crate) fn written_or_hit(self, step: &str) -> Result<Written<'a>, HeartError> {
+        match self {
+            Reply::Owned(Answer::Store(Ok(StoreAnswer { now, reply: StoreReply::RunHit { hit } }))) => {
+                Ok(Written { now: *now, before: None, after: After::Hit(*hit) })
+            }
+            other => other.written(step),
         }
     }
 
@@ -271,13 +296,14 @@ fn acquire_request(cfg: FleetConfig, run_id: &str, owner: &str, ttl_ms: i64) -> 
             ),
         ),
     ];
-    StoreRequest::UpdateRun { run_id: run_id.to_owned(), when: acquirable, set, want_before: true }
+    StoreRequest::UpdateRun { run_id: run_id.to_owned(), when: acquirable, set, want_before: true, want_after: true }
 }
 
 impl Acquire {
     /// Rewrites a request [`acquire_request`] built for another acquire into this one's.
     fn refit(&self, req: &mut StoreRequest) -> bool {
-        let StoreRequest::UpdateRun { run_id, when: Cond::Or(any), set, want_before: true } = req else {
+        let StoreRequest::UpdateRun { run_id, when: Cond::Or(any), set, want_before: true, want_after: true } = req
+        else {
             return false;
         };
         let [_, Cond::And(takeover)] = any.as_mut_slice() else {
@@ -396,6 +422,7 @@ impl Acquire {
                 when,
                 set: recovery_set(self.cfg),
                 want_before: false,
+                want_after: true,
             };
             self.step = AcquireStep::Quarantine(Box::new(row));
             return Ok(None);
@@ -446,13 +473,14 @@ fn renew_request(token: &FencingToken, ttl_ms: i64) -> StoreRequest {
         when: holds_token(token),
         set: vec![(RunCol::LeaseExpiresAt, Expr::NowPlus(ttl_ms)), (RunCol::UpdatedAt, Expr::Now)],
         want_before: false,
+        want_after: true,
     }
 }
 
 impl Renew {
     /// Rewrites a request [`renew_request`] built for another renew into this one's.
     fn refit(&self, req: &mut StoreRequest) -> bool {
-        let StoreRequest::UpdateRun { run_id, when, set, want_before: false } = req else {
+        let StoreRequest::UpdateRun { run_id, when, set, want_before: false, want_after: true } = req else {
             return false;
         };
         let [(RunCol::LeaseExpiresAt, Expr::NowPlus(ttl_ms)), (RunCol::UpdatedAt, Expr::Now)] = set.as_mut_slice()
@@ -558,13 +586,13 @@ fn release_request(token: &FencingToken, to: ReleaseTo) -> StoreRequest {
         when = Cond::And(vec![when, Cond::StartsWith(RunCol::IdempotencyKey, RESOURCE_PREFIX.to_owned())]);
         set.push((RunCol::Retries, Expr::Val(Val::Int(0))));
     }
-    StoreRequest::UpdateRun { run_id: token.run_id.clone(), when, set, want_before: false }
+    StoreRequest::UpdateRun { run_id: token.run_id.clone(), when, set, want_before: false, want_after: true }
 }
 
 impl Release<'_> {
     /// Rewrites a request [`release_request`] built for another release into this one's.
     fn refit(&self, req: &mut StoreRequest) -> bool {
-        let StoreRequest::UpdateRun { run_id, when, set, want_before: false } = req else {
+        let StoreRequest::UpdateRun { run_id, when, set, want_before: false, want_after: true } = req else {
             return false;
         };
         let ready = self.to == ReleaseTo::Ready;
@@ -661,13 +689,15 @@ pub(crate) struct Verify<'t> {
     token: Cow<'t, FencingToken>,
 }
 
-/// fix 2: one conditional write that writes nothing when it rejects.
+/// fix 2: one conditional write that writes nothing when it rejects. The answer needs no
+/// row: only whether the write hit.
 pub(crate) fn verify_request(token: &FencingToken) -> StoreRequest {
     StoreRequest::UpdateRun {
         run_id: token.run_id.clone(),
         when: holds_token(token),
         set: vec![(RunCol::UpdatedAt, Expr::Now)],
         want_before: false,
+        want_after: false,
     }
 }
 
@@ -686,7 +716,7 @@ pub(crate) fn record_verification(out: &mut (impl Emit + ?Sized), token: &Fencin
 impl Verify<'_> {
     /// Rewrites a request [`verify_request`] built for another verify into this one's.
     fn refit(&self, req: &mut StoreRequest) -> bool {
-        let StoreRequest::UpdateRun { run_id, when, set, want_before: false } = req else {
+        let StoreRequest::UpdateRun { run_id, when, set, want_before: false, want_after: false } = req else {
             return false;
         };
         if !matches!(set.as_slice(), [(RunCol::UpdatedAt, Expr::Now)]) || !refit_holds_token(when, &self.token) {
@@ -697,8 +727,8 @@ impl Verify<'_> {
     }
 
     fn answer(&mut self, reply: Reply<'_>, out: &mut dyn Emit) -> Result<bool, HeartError> {
-        let written = reply.written(VERIFY_STEP)?;
-        let live = written.after.row().is_some();
+        let written = reply.written_or_hit(VERIFY_STEP)?;
+        let live = written.after.hit();
         record_verification(out, &self.token, live, written.now);
         Ok(live)
     }

@@ -295,6 +295,9 @@ pub(super) fn decode_pg(req: &StoreRequest, rows: &[SqlRow]) -> Result<StoreRepl
             StoreReply::Now
         }
         StoreRequest::ReadRun { .. } => StoreReply::Run { run: single("read_run")?.run()? },
+        StoreRequest::UpdateRun { want_before: false, want_after: false, .. } => {
+            StoreReply::RunHit { hit: !Cells::new(exactly_one(rows, "update_run")?, "").is_null("id")? }
+        }
         StoreRequest::UpdateRun { want_before, set, .. } => {
             let row = exactly_one(rows, "update_run")?;
             let after = Cells::new(row, "").run()?;
@@ -337,6 +340,9 @@ pub(super) fn decode_sqlite(req: &StoreRequest, results: &[Vec<SqlRow>]) -> Resu
         StoreRequest::Now => StoreReply::Now,
         StoreRequest::ReadRun { .. } => {
             StoreReply::Run { run: one_of(1, "read_run")?.map(|c| c.run()).transpose()?.flatten() }
+        }
+        StoreRequest::UpdateRun { want_before: false, want_after: false, .. } => {
+            StoreReply::RunHit { hit: one_of(1, "update_run")?.is_some() }
         }
         StoreRequest::UpdateRun { want_before, .. } => {
             let (before_at, after_at) = if *want_before { (Some(1), 2) } else { (None, 1) };

@@ -19,7 +19,17 @@ pub(super) fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
             let on = b.uuid_eq("agent_runs.id", run_id);
             format!("{PG_CLOCK} SELECT {now}, {} FROM clk LEFT JOIN agent_runs ON {on}", runs("agent_runs", ""))
         }
-        StoreRequest::UpdateRun { run_id, when, set, want_before: false } => {
+        StoreRequest::UpdateRun { run_id, when, set, want_before: false, want_after: false } => {
+            // Only whether the write hit: the id, no row to format here or decode there.
+            let id = b.uuid_eq("agent_runs.id", run_id);
+            let set = set_list(&mut b, set)?;
+            let when = cond(&mut b, when)?;
+            format!(
+                "{PG_CLOCK}, upd AS (UPDATE agent_runs SET {set} FROM clk WHERE {id} AND {when} RETURNING agent_runs.id) \
+                 SELECT {now}, upd.id::text AS id FROM clk LEFT JOIN upd ON TRUE"
+            )
+        }
+        StoreRequest::UpdateRun { run_id, when, set, want_before: false, .. } => {
             let id = b.uuid_eq("agent_runs.id", run_id);
             let set = set_list(&mut b, set)?;
             let when = cond(&mut b, when)?;
@@ -29,7 +39,8 @@ pub(super) fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
                 runs("upd", "")
             )
         }
-        StoreRequest::UpdateRun { run_id, when, set, want_before: true } => {
+        // Wanting the row before the write, the row after it comes too (`want_after` aside).
+        StoreRequest::UpdateRun { run_id, when, set, want_before: true, .. } => {
             // The row before the write, consistent with what the UPDATE saw, under READ
             // COMMITTED: `prev` locks the row (FOR UPDATE) and returns its newest committed
             // version, waiting for any concurrent writer first. The UPDATE joins `prev`, so it

@@ -16,7 +16,7 @@ pub(super) fn render_sqlite(req: &StoreRequest) -> Result<Vec<Statement>, HeartE
             let id = b.text(run_id);
             one(b, format!("SELECT {runs} FROM agent_runs WHERE id = {id}"))
         }
-        StoreRequest::UpdateRun { run_id, when, set, want_before } => {
+        StoreRequest::UpdateRun { run_id, when, set, want_before, want_after } => {
             let mut out = Vec::new();
             if *want_before {
                 let mut pb = Builder::new(d);
@@ -26,9 +26,11 @@ pub(super) fn render_sqlite(req: &StoreRequest) -> Result<Vec<Statement>, HeartE
             let id = b.text(run_id);
             let set = set_list(&mut b, set)?;
             let when = cond(&mut b, when)?;
-            out.push(
-                b.finish(format!("UPDATE agent_runs SET {set} WHERE agent_runs.id = {id} AND {when} RETURNING {runs}")),
-            );
+            // Only whether the write hit, unless the row after it is wanted (or the row before).
+            let returning = if *want_after || *want_before { runs.as_str() } else { "id" };
+            out.push(b.finish(format!(
+                "UPDATE agent_runs SET {set} WHERE agent_runs.id = {id} AND {when} RETURNING {returning}"
+            )));
             Ok(out)
         }
         StoreRequest::ScanRuns { when, order, limit } => {

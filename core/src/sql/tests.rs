@@ -43,6 +43,7 @@ fn acquire() -> StoreRequest {
             ),
         ],
         want_before: true,
+        want_after: true,
     }
 }
 
@@ -52,6 +53,7 @@ fn renew() -> StoreRequest {
         when: holds_token(&token()),
         set: vec![(RunCol::LeaseExpiresAt, Expr::NowPlus(60_000)), (RunCol::UpdatedAt, Expr::Now)],
         want_before: false,
+        want_after: true,
     }
 }
 
@@ -345,6 +347,7 @@ fn malformed_writes_are_refused() {
         when: Cond::True,
         set,
         want_before: false,
+        want_after: true,
     };
     for set in [
         vec![(RunCol::Id, Expr::Val(Val::Text(RUN.into())))],

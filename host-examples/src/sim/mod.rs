@@ -124,8 +124,8 @@ impl Fault {
     pub fn corrupt(self, req: StoreRequest) -> StoreRequest {
         use heart_fleet_core::request::Cond;
         match (self, req) {
-            (Fault::NoFencing, StoreRequest::UpdateRun { run_id, set, want_before, .. }) => {
-                StoreRequest::UpdateRun { run_id, when: Cond::True, set, want_before }
+            (Fault::NoFencing, StoreRequest::UpdateRun { run_id, set, want_before, want_after, .. }) => {
+                StoreRequest::UpdateRun { run_id, when: Cond::True, set, want_before, want_after }
             }
             (Fault::NoLedger, StoreRequest::UpdateIntent { run_id, effect_key, set, log, .. }) => {
                 StoreRequest::UpdateIntent { run_id, effect_key, when: Cond::True, set, log }

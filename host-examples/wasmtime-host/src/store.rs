@@ -239,6 +239,8 @@ pub fn request(req: ls::StoreRequest) -> Checked<StoreRequest> {
             set: assignments(&u.set)?,
             run_id: u.run_id,
             want_before: u.want_before,
+            // The WIT's update-run always answers with the row after the write.
+            want_after: true,
         },
         R::ScanRuns(s) => StoreRequest::ScanRuns {
             when: condition(&s.when)?,
@@ -294,8 +296,9 @@ fn entry(e: DispatchLogEntry) -> ls::DispatchLogEntry {
     }
 }
 
-/// The core's answer as the WIT answer.
-pub fn answer(a: StoreAnswer) -> ls::StoreAnswer {
+/// The core's answer as the WIT answer. `Err`: an answer the WIT cannot carry (a hit-only
+/// write, which [`request`] never asks for).
+pub fn answer(a: StoreAnswer) -> Result<ls::StoreAnswer, String> {
     use ls::StoreReply as R;
     let reply = match a.reply {
         StoreReply::Now => R::Now,
@@ -303,6 +306,7 @@ pub fn answer(a: StoreAnswer) -> ls::StoreAnswer {
         StoreReply::RunWrite { before, after } => {
             R::RunWrite(ls::RunWrite { before: before.map(run), after: after.map(run) })
         }
+        StoreReply::RunHit { .. } => return Err("a hit-only write answer has no WIT form".to_owned()),
         StoreReply::Runs { runs } => R::Runs(runs.into_iter().map(run).collect()),
         StoreReply::Ensured { run: row, created } => R::Ensured(ls::Ensured { run: run(row), created }),
         StoreReply::Claim { intent: row, claimed } => R::Claim(ls::Claim { intent: intent(row), claimed }),
@@ -311,7 +315,7 @@ pub fn answer(a: StoreAnswer) -> ls::StoreAnswer {
         StoreReply::Log { entries } => R::Log(entries.into_iter().map(entry).collect()),
         StoreReply::Instances { instances } => R::Instances(instances.into_iter().map(instance).collect()),
     };
-    ls::StoreAnswer { now: a.now.0, reply }
+    Ok(ls::StoreAnswer { now: a.now.0, reply })
 }
 
 #[cfg(test)]
@@ -364,6 +368,7 @@ mod tests {
                 Expr::Case(Box::new(Cond::True), Box::new(Expr::NowPlus(60_000)), Box::new(Expr::Val(Val::Null))),
             )],
             want_before: false,
+            want_after: true,
         };
         assert_eq!(got, want);
     }

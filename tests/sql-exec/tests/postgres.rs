@@ -275,6 +275,7 @@ fn the_clock_is_the_servers_in_whole_milliseconds() {
             when: Cond::True,
             set: vec![(RunCol::LeaseExpiresAt, Expr::NowPlus(shift)), (RunCol::UpdatedAt, Expr::Now)],
             want_before: false,
+            want_after: true,
         };
         let got = ask(&mut db, &req, None);
         let StoreReply::RunWrite { after: Some(after), .. } = got.reply else { panic!() };
@@ -399,6 +400,7 @@ fn the_row_before_is_the_row_the_write_saw() {
             (RunCol::UpdatedAt, Expr::Now),
         ],
         want_before: true,
+        want_after: true,
     };
     // 1. The concurrent writer keeps the run ready but changes it: B's write hits, and both
     //    `before` and the assignments see A's committed version.

@@ -282,6 +282,7 @@ fn clock_arithmetic_is_exact() {
             when: Cond::True,
             set: vec![(RunCol::LeaseExpiresAt, Expr::NowPlus(shift)), (RunCol::UpdatedAt, Expr::Now)],
             want_before: false,
+            want_after: true,
         };
         let got = ask(&mut db, &req, Some(now));
         let StoreReply::RunWrite { after: Some(after), .. } = got.reply else { panic!() };

@@ -372,19 +372,34 @@ pub fn check_run_writes<D: Db>(db: &mut D, rows: &[RunRow], world: &World, base:
     let mut hits = 0;
     for row in rows {
         for (when, set, want_before) in run_writes(row, base) {
-            let req =
-                StoreRequest::UpdateRun { run_id: row.id.clone(), when: when.clone(), set: set.clone(), want_before };
-            let now_arg = fixed.then_some(base);
-            let (answer, stored) = probe(db, &req, now_arg, |db, now| read_run(db, &row.id, now));
-            let expected = apply_update(row, &when, &set, answer.now, world).unwrap();
-            let StoreReply::RunWrite { before, after } = answer.reply else { panic!("{:?}", answer.reply) };
-            let ctx = || format!("row {row:?}\nwhen {when:?}\nset {set:?}\nnow {}", answer.now);
-            assert_eq!(after, expected, "after: {}", ctx());
-            let want = if want_before && expected.is_some() { Some(row.clone()) } else { None };
-            assert_eq!(before, want, "before: {}", ctx());
-            assert_eq!(stored.as_ref(), Some(expected.as_ref().unwrap_or(row)), "stored: {}", ctx());
-            hits += usize::from(expected.is_some());
-            cases += 1;
+            // Each write as it wants the row after it, and (without the row before) as it
+            // wants only whether it hit, as verifyFence's does.
+            for want_after in if want_before { &[true][..] } else { &[true, false][..] } {
+                let want_after = *want_after;
+                let req = StoreRequest::UpdateRun {
+                    run_id: row.id.clone(),
+                    when: when.clone(),
+                    set: set.clone(),
+                    want_before,
+                    want_after,
+                };
+                let now_arg = fixed.then_some(base);
+                let (answer, stored) = probe(db, &req, now_arg, |db, now| read_run(db, &row.id, now));
+                let expected = apply_update(row, &when, &set, answer.now, world).unwrap();
+                let ctx = || format!("row {row:?}\nwhen {when:?}\nset {set:?}\nnow {}", answer.now);
+                match answer.reply {
+                    StoreReply::RunWrite { before, after } if want_after => {
+                        assert_eq!(after, expected, "after: {}", ctx());
+                        let want = if want_before && expected.is_some() { Some(row.clone()) } else { None };
+                        assert_eq!(before, want, "before: {}", ctx());
+                    }
+                    StoreReply::RunHit { hit } if !want_after => assert_eq!(hit, expected.is_some(), "hit: {}", ctx()),
+                    other => panic!("want_after {want_after}: {other:?}"),
+                }
+                assert_eq!(stored.as_ref(), Some(expected.as_ref().unwrap_or(row)), "stored: {}", ctx());
+                hits += usize::from(expected.is_some());
+                cases += 1;
+            }
         }
         // A run that does not exist: a miss, not an error.
     }
@@ -795,9 +810,17 @@ pub fn check_lifecycle<D: Db>(db: &mut D, now: Option<Timestamp>) -> usize {
     let missing = uuid(999_999_999);
     let miss = ask(db, &StoreRequest::ReadRun { run_id: missing.clone() }, now);
     assert_eq!(miss.reply, StoreReply::Run { run: None });
-    let miss =
-        ask(db, &StoreRequest::UpdateRun { run_id: missing, when: Cond::True, set: vec![], want_before: true }, now);
+    let write = |want_before, want_after| StoreRequest::UpdateRun {
+        run_id: missing.clone(),
+        when: Cond::True,
+        set: vec![(RunCol::UpdatedAt, Expr::Now)],
+        want_before,
+        want_after,
+    };
+    let miss = ask(db, &write(true, true), now);
     assert_eq!(miss.reply, StoreReply::RunWrite { before: None, after: None });
+    let miss = ask(db, &write(false, false), now);
+    assert_eq!(miss.reply, StoreReply::RunHit { hit: false });
     let miss = ask(
         db,
         &StoreRequest::UpdateIntent {
@@ -879,7 +902,7 @@ pub fn check_epoch_trigger<D: Db>(db: &mut D) {
     // renew leaves it.
     q(db, "status = 'ready'");
     let (when, set) = acquire_write("new-node", 60_000, true);
-    let req = StoreRequest::UpdateRun { run_id: uuid(77), when, set, want_before: true };
+    let req = StoreRequest::UpdateRun { run_id: uuid(77), when, set, want_before: true, want_after: true };
     let got = ask(db, &req, None);
     let StoreReply::RunWrite { after: Some(after), .. } = got.reply else { panic!("{:?}", got.reply) };
     assert_eq!(after.fencing_epoch, 9);
@@ -895,6 +918,7 @@ pub fn check_epoch_trigger<D: Db>(db: &mut D) {
         when: holds_token(&token),
         set: vec![(RunCol::LeaseExpiresAt, Expr::NowPlus(60_000)), (RunCol::UpdatedAt, Expr::Now)],
         want_before: false,
+        want_after: true,
     };
     let got = ask(db, &renew, None);
     assert!(
