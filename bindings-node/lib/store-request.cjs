@@ -27,6 +27,25 @@ function simulate(request, snapshot, nowMs) {
   }
 }
 
+/**
+ * A conditional run write decided on the rows as read (`snapshot`): the evaluator's answer
+ * with both rows, before and after, whatever `req` asks for (the store writes `after` and
+ * compares with `before`). Answer the request with `runWritten`.
+ */
+function decideRunWrite(store, req, snapshot, now) {
+  return store._simulate({ ...req, want_before: true, want_after: true }, snapshot, now);
+}
+
+/**
+ * The answer to `req`, a conditional run write that went through (`after`) or missed (null):
+ * the rows it asks for, or only whether it hit when it does not want the row after
+ * (`want_after: false`, verifyFence's).
+ */
+function runWritten(req, now, before, after) {
+  if (req.want_after === false) return { now, reply: { kind: 'run_hit', hit: after !== null } };
+  return { now, reply: { kind: 'run_write', before: req.want_before && after !== null ? before : null, after } };
+}
+
 /** Whether a condition (the core's JSON form) uses `tag` anywhere. */
 function mentions(cond, tag) {
   return JSON.stringify(cond).includes(`"${tag}"`);
@@ -103,4 +122,4 @@ async function executeRequest(store, who, request) {
   }
 }
 
-module.exports = { executeRequest, mentions, requestJson, simulate };
+module.exports = { executeRequest, mentions, requestJson, simulate, decideRunWrite, runWritten };

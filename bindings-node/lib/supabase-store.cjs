@@ -48,7 +48,7 @@ function randomUUID() {
 }
 const { typeError, describe, knownKeys, int } = require('./util.cjs');
 const { defaults, maxCasRetries: MAX_CAS_RETRIES } = require('./contract.cjs');
-const { executeRequest, mentions, requestJson, simulate } = require('./store-request.cjs');
+const { executeRequest, mentions, requestJson, simulate, decideRunWrite, runWritten } = require('./store-request.cjs');
 
 const RUN_CAS = ['status', 'lease_owner', 'lease_expires_at', 'retries', 'fencing_epoch', 'updated_at'];
 /** The options of `new SupabaseLeaseStore({...})` and the keys of its `tables` (others are invalid input). */
@@ -269,18 +269,18 @@ class SupabaseLeaseStore {
     for (let attempt = 0; attempt < this.casRetries; attempt += 1) {
       const now = this._clock();
       const raw = await this._readRun(req.run_id);
-      if (!raw) return { now: new Date(now).toISOString(), reply: { kind: 'run_write', before: null, after: null } };
+      if (!raw) return runWritten(req, new Date(now).toISOString(), null, null);
       const instances = mentions(req.when, 'owner_instance_dead') ? await this._all('instances') : [];
-      const sim = this._simulate({ ...req, want_before: true }, { runs: [raw], instances }, now);
+      const sim = decideRunWrite(this, req, { runs: [raw], instances }, now);
       const { before, after } = sim.reply;
-      if (!after) return { now: sim.now, reply: { kind: 'run_write', before: null, after: null } };
+      if (!after) return runWritten(req, sim.now, null, null);
       const patch = diff(before, after, RUN_CAS);
       if (Object.keys(patch).length === 0) patch.updated_at = after.updated_at;
       const written = await this._run(
         `update ${this.tables.runs}`,
         cas(this.from('runs').update(patch).eq('id', req.run_id), raw, RUN_CAS).select('*').maybeSingle(),
       );
-      if (written) return { now: sim.now, reply: { kind: 'run_write', before: req.want_before ? before : null, after } };
+      if (written) return runWritten(req, sim.now, before, after);
       // The row changed since the read: decide again on the new row.
     }
     throw new Error(`supabase: run ${req.run_id} kept changing (compare-and-set lost ${this.casRetries} times)`);

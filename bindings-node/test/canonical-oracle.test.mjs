@@ -51,8 +51,12 @@ function attempt(f) {
 test(`random documents agree with the oracle (${count}, seed ${seed})`, () => {
   console.log(`canonical oracle: ${count} documents, seed ${seed} (HEART_ORACLE_SEED=${seed} replays this run)`);
   const docs = [...records(seed, count)];
+  // The engine's own JSON.parse of the same text, again: where it disagrees with the first
+  // parse (r.value), the engine is wrong, not the canonicalizer; reported, not compared.
+  const reparsed = docs.filter((r) => JSON.stringify(JSON.parse(r.text)) !== JSON.stringify(r.value)).length;
+  if (reparsed > 0) console.log(`canonical oracle: this engine's JSON.parse gave another value for ${reparsed} document(s) on a second parse`);
   compareAll('canonicalize / digest / effectKey', docs, (r) => {
-    const value = JSON.parse(r.text);
+    const value = r.value;
     return (
       differs(`canonicalize ${r.text}`, attempt(() => canonicalize(value)), r.canonical) ||
       differs(`digest ${r.text}`, attempt(() => digest(value)), r.digest) ||

@@ -284,18 +284,24 @@ export function documentText(rng) {
 }
 
 /**
- * `count` records from `seed`: `{text, canonical, digest, a, b, receiptDigest, resourceId}`,
- * the expectations computed by the reference algorithm on `JSON.parse(text)`.
+ * `count` records from `seed`: `{text, value, canonical, digest, a, b, receiptDigest,
+ * resourceId}`, the expectations computed by the reference algorithm on `value`, which is
+ * `JSON.parse(text)`. A test hands the same `value` to the code under test: Deno 2.9.6's
+ * V8 was seen parsing the same text to two different values in one process (a key
+ * `"\u02FD"` read as `"\\"` after many parses), and the comparison is of canonicalizers, not
+ * of the engine's JSON.parse.
  */
 export function* records(seed, count) {
   const rng = makeRng(seed);
   for (let i = 0; i < count; i += 1) {
     const text = documentText(rng);
-    const canonical = referenceCanonicalize(JSON.parse(text));
+    const value = JSON.parse(text);
+    const canonical = referenceCanonicalize(value);
     const a = JSON.parse(stringText(rng, { wellFormed: true, maxLen: 24 }));
     const b = JSON.parse(stringText(rng, { wellFormed: true, maxLen: 24 }));
     yield {
       text,
+      value,
       canonical,
       digest: DIGEST_PREFIX + sha256Hex(canonical),
       a,

@@ -43,7 +43,7 @@ import { codedError, typeError, describe } from '../../../bindings-node/lib/util
 // The Node package's agent_runs defaults (MemoryLeaseStore.insert's), bundled with its driver.
 import { runRow } from '../../../bindings-node/lib/rows.cjs';
 // The request dispatch it shares with SupabaseLeaseStore.
-import { executeRequest, mentions } from '../../../bindings-node/lib/store-request.cjs';
+import { executeRequest, mentions, decideRunWrite, runWritten } from '../../../bindings-node/lib/store-request.cjs';
 
 const U32 = 2 ** 32 - 1;
 
@@ -192,18 +192,18 @@ export class DenoKvLeaseStore {
     for (let attempt = 0; attempt < this.casRetries; attempt += 1) {
       const now = this._clock();
       const entry = await this.kv.get(key);
-      if (!entry.value) return { now: iso(now), reply: { kind: 'run_write', before: null, after: null } };
+      if (!entry.value) return runWritten(req, iso(now), null, null);
       // A liveness reclaim depends on the owner's instance row: read it, and check it at commit.
       const owner = mentions(req.when, 'owner_instance_dead') && entry.value.lease_owner ? entry.value.lease_owner : null;
       const inst = owner === null ? null : await this.kv.get(this._key('instances', owner));
       const snapshot = { runs: [entry.value], instances: inst && inst.value ? [inst.value] : [] };
-      const sim = this._simulate({ ...req, want_before: true }, snapshot, now);
+      const sim = decideRunWrite(this, req, snapshot, now);
       const { before, after } = sim.reply;
-      if (!after) return { now: sim.now, reply: { kind: 'run_write', before: null, after: null } };
+      if (!after) return runWritten(req, sim.now, null, null);
       const op = this.kv.atomic().check(entry);
       if (inst) op.check(inst);
       const res = await op.set(key, after).commit();
-      if (res.ok) return { now: sim.now, reply: { kind: 'run_write', before: req.want_before ? before : null, after } };
+      if (res.ok) return runWritten(req, sim.now, before, after);
     }
     throw this._lost(`run ${req.run_id}`);
   }
