@@ -60,7 +60,7 @@ trait DynOp {
     /// The result kept for a compact answer (see `Typed::compact`), with `receipts`: the
     /// compact text, or the JSON when it has no compact form. `None` when nothing was kept.
     fn finish(&mut self, receipts: &[HeartReceipt]) -> Option<String>;
-    /// The result kept as the core's value (a [`Kept`] operation), once it is done.
+    /// The result kept as the core's value (a [`Keeping`] operation in the [`AsValue`] form), once it is done.
     fn take_kept(&mut self) -> Option<KeptResult> {
         None
     }
@@ -78,47 +78,6 @@ pub enum KeptResult {
     Released(ops::Fenced<crate::RunRow>),
     /// `verifyFence`'s: whether the token holds a live lease.
     Verified(bool),
-}
-
-/// A lease-cycle operation whose result is kept as a [`KeptResult`]: its final step says
-/// `"ok":null`, and [`BridgeOp::take_result`] gives the value.
-struct Kept<T> {
-    machine: Machine<T>,
-    wrap: fn(T) -> KeptResult,
-    kept: Option<KeptResult>,
-}
-
-impl<T> Kept<T> {
-    fn map(&mut self, step: Step<T>) -> Step<String> {
-        match step {
-            Step::Need(n) => Step::Need(n),
-            Step::Done(Ok(v)) => {
-                self.kept = Some((self.wrap)(v));
-                Step::Done(Ok("null".to_owned()))
-            }
-            Step::Done(Err(e)) => Step::Done(Err(e)),
-        }
-    }
-}
-
-impl<T: 'static> DynOp for Kept<T> {
-    fn start(&mut self) -> Step<String> {
-        let step = self.machine.start();
-        self.map(step)
-    }
-    fn resume(&mut self, answer: Answer) -> Step<String> {
-        let step = self.machine.resume(answer);
-        self.map(step)
-    }
-    fn drain(&mut self) -> Vec<Event> {
-        self.machine.drain_events()
-    }
-    fn finish(&mut self, _: &[HeartReceipt]) -> Option<String> {
-        None
-    }
-    fn take_kept(&mut self) -> Option<KeptResult> {
-        self.kept.take()
-    }
 }
 
 struct Typed<T> {
@@ -148,30 +107,71 @@ impl<T: 'static> DynOp for Typed<T> {
     }
 }
 
-/// A lease-cycle operation answered in the compact form (`bridge::compact`): its result is
-/// kept (the step says `Done(Ok(""))`) and written by `finish` with its receipts. A type of
-/// its own, so that only the four lease-cycle results carry the compact writer.
-struct Compact<T> {
+/// A lease-cycle operation that keeps its result out of its final step (the step says
+/// [`KeptForm::PLACEHOLDER`]) and hands it over in a form of its own ([`KeptForm`]).
+struct Keeping<T, F> {
     machine: Machine<T>,
-    out: fn(T) -> String,
-    encode: Encode<T>,
+    form: F,
     kept: Option<T>,
 }
 
-impl<T> Compact<T> {
+/// How a [`Keeping`] operation hands its result over.
+trait KeptForm<T> {
+    /// What the final step says in place of the result.
+    const PLACEHOLDER: &'static str;
+    /// The result written with its receipts, for a form that writes one.
+    fn finish(&self, _kept: &mut Option<T>, _receipts: &[HeartReceipt]) -> Option<String> {
+        None
+    }
+    /// The result as the core's value, for a form that gives one.
+    fn take(&self, _kept: &mut Option<T>) -> Option<KeptResult> {
+        None
+    }
+}
+
+/// The compact form (`bridge::compact`): written by `finish` with its receipts (the step
+/// says `Done(Ok(""))`). A type of its own, so that only the four lease-cycle results carry
+/// the compact writer.
+struct AsCompact<T> {
+    out: fn(T) -> String,
+    encode: Encode<T>,
+}
+
+impl<T> KeptForm<T> for AsCompact<T> {
+    const PLACEHOLDER: &'static str = "";
+    fn finish(&self, kept: &mut Option<T>, receipts: &[HeartReceipt]) -> Option<String> {
+        let value = kept.take()?;
+        let compact = compact_answer(&value, self.encode, receipts);
+        Some(compact.unwrap_or_else(|| step_json(&Step::Done(Ok((self.out)(value))), receipts.to_vec())))
+    }
+}
+
+/// The core's value, a [`KeptResult`] ([`BridgeOp::take_result`]; the step says `"ok":null`).
+struct AsValue<T> {
+    wrap: fn(T) -> KeptResult,
+}
+
+impl<T> KeptForm<T> for AsValue<T> {
+    const PLACEHOLDER: &'static str = "null";
+    fn take(&self, kept: &mut Option<T>) -> Option<KeptResult> {
+        kept.take().map(self.wrap)
+    }
+}
+
+impl<T, F: KeptForm<T>> Keeping<T, F> {
     fn map(&mut self, step: Step<T>) -> Step<String> {
         match step {
             Step::Need(n) => Step::Need(n),
             Step::Done(Ok(v)) => {
                 self.kept = Some(v);
-                Step::Done(Ok(String::new()))
+                Step::Done(Ok(F::PLACEHOLDER.to_owned()))
             }
             Step::Done(Err(e)) => Step::Done(Err(e)),
         }
     }
 }
 
-impl<T: 'static> DynOp for Compact<T> {
+impl<T: 'static, F: KeptForm<T>> DynOp for Keeping<T, F> {
     fn start(&mut self) -> Step<String> {
         let step = self.machine.start();
         self.map(step)
@@ -184,9 +184,10 @@ impl<T: 'static> DynOp for Compact<T> {
         self.machine.drain_events()
     }
     fn finish(&mut self, receipts: &[HeartReceipt]) -> Option<String> {
-        let value = self.kept.take()?;
-        let compact = compact_answer(&value, self.encode, receipts);
-        Some(compact.unwrap_or_else(|| step_json(&Step::Done(Ok((self.out)(value))), receipts.to_vec())))
+        self.form.finish(&mut self.kept, receipts)
+    }
+    fn take_kept(&mut self) -> Option<KeptResult> {
+        self.form.take(&mut self.kept)
     }
 }
 
@@ -204,12 +205,16 @@ fn cycle<T: serde::Serialize + Send + 'static>(
     encode: Encode<T>,
     compact: bool,
 ) -> Box<dyn DynOp + Send> {
-    if compact { Box::new(Compact { machine, out: to_json::<T>, encode, kept: None }) } else { boxed(machine) }
+    if compact {
+        Box::new(Keeping { machine, form: AsCompact { out: to_json::<T>, encode }, kept: None })
+    } else {
+        boxed(machine)
+    }
 }
 
 /// A lease-cycle operation whose result is kept as a [`KeptResult`] (`wrap`).
 fn kept<T: 'static + Send>(machine: Machine<T>, wrap: fn(T) -> KeptResult) -> Box<dyn DynOp + Send> {
-    Box::new(Kept { machine, wrap, kept: None })
+    Box::new(Keeping { machine, form: AsValue { wrap }, kept: None })
 }
 
 /// The machine of `call` for [`BridgeFleet::start_kept`]: the lease cycle's result kept, the
