@@ -172,7 +172,14 @@ export function requestJson(r) {
     case 'read-run':
       return { op: 'read_run', run_id: v };
     case 'update-run':
-      return { op: 'update_run', run_id: v.runId, when: condition(v.when, 'run'), set: assignments(v.set, 'run'), want_before: v.wantBefore };
+      return {
+        op: 'update_run',
+        run_id: v.runId,
+        when: condition(v.when, 'run'),
+        set: assignments(v.set, 'run'),
+        want_before: v.wantBefore,
+        want_after: v.wantAfter,
+      };
     case 'scan-runs':
       return { op: 'scan_runs', when: condition(v.when, 'run'), order: snake(v.order), limit: v.limit };
     case 'ensure-run':
@@ -274,6 +281,8 @@ export function typedAnswer(a) {
         return { tag: 'run', val: some(r.run, runRow) };
       case 'run_write':
         return { tag: 'run-write', val: { before: some(r.before, runRow), after: some(r.after, runRow) } };
+      case 'run_hit':
+        return { tag: 'run-hit', val: r.hit };
       case 'runs':
         return { tag: 'runs', val: r.runs.map(runRow) };
       case 'ensured':

@@ -203,14 +203,15 @@ fn request(req: StoreRequest) -> ls::StoreRequest {
     match req {
         StoreRequest::Now => ls::StoreRequest::Now,
         StoreRequest::ReadRun { run_id } => ls::StoreRequest::ReadRun(run_id),
-        // The WIT's update-run always answers with the row after the write; a request that
-        // wants only whether it hit (`want_after: false`) takes that row as the hit.
-        StoreRequest::UpdateRun { run_id, when, set, want_before, .. } => ls::StoreRequest::UpdateRun(ls::UpdateRun {
-            run_id,
-            when: condition(when),
-            set: assignments(set),
-            want_before,
-        }),
+        StoreRequest::UpdateRun { run_id, when, set, want_before, want_after } => {
+            ls::StoreRequest::UpdateRun(ls::UpdateRun {
+                run_id,
+                when: condition(when),
+                set: assignments(set),
+                want_before,
+                want_after,
+            })
+        }
         StoreRequest::ScanRuns { when, order, limit } => ls::StoreRequest::ScanRuns(ls::ScanRuns {
             when: condition(when),
             order: match order {
@@ -356,6 +357,7 @@ fn answer(a: ls::StoreAnswer) -> Result<StoreAnswer, String> {
         R::RunWrite(w) => {
             StoreReply::RunWrite { before: w.before.map(run).transpose()?, after: w.after.map(run).transpose()? }
         }
+        R::RunHit(hit) => StoreReply::RunHit { hit },
         R::Runs(rows) => StoreReply::Runs { runs: all(rows, run)? },
         R::Ensured(e) => StoreReply::Ensured { run: run(e.run)?, created: e.created },
         R::Claim(c) => StoreReply::Claim { intent: intent(c.intent)?, claimed: c.claimed },

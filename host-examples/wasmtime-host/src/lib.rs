@@ -199,7 +199,7 @@ impl<S: LeaseStore> lease_store::Host for HostState<S> {
         let req =
             store::request(request).map_err(|m| lease_store::StoreError::Protocol(format!("the request: {m}")))?;
         let answer = self.lease.execute(req).map_err(|e| lease_store::StoreError::Unavailable(e.0))?;
-        store::answer(answer).map_err(|m| lease_store::StoreError::Protocol(format!("the answer: {m}")))
+        Ok(store::answer(answer))
     }
 }
 

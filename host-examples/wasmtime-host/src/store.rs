@@ -239,8 +239,7 @@ pub fn request(req: ls::StoreRequest) -> Checked<StoreRequest> {
             set: assignments(&u.set)?,
             run_id: u.run_id,
             want_before: u.want_before,
-            // The WIT's update-run always answers with the row after the write.
-            want_after: true,
+            want_after: u.want_after,
         },
         R::ScanRuns(s) => StoreRequest::ScanRuns {
             when: condition(&s.when)?,
@@ -296,9 +295,8 @@ fn entry(e: DispatchLogEntry) -> ls::DispatchLogEntry {
     }
 }
 
-/// The core's answer as the WIT answer. `Err`: an answer the WIT cannot carry (a hit-only
-/// write, which [`request`] never asks for).
-pub fn answer(a: StoreAnswer) -> Result<ls::StoreAnswer, String> {
+/// The core's answer as the WIT answer.
+pub fn answer(a: StoreAnswer) -> ls::StoreAnswer {
     use ls::StoreReply as R;
     let reply = match a.reply {
         StoreReply::Now => R::Now,
@@ -306,7 +304,7 @@ pub fn answer(a: StoreAnswer) -> Result<ls::StoreAnswer, String> {
         StoreReply::RunWrite { before, after } => {
             R::RunWrite(ls::RunWrite { before: before.map(run), after: after.map(run) })
         }
-        StoreReply::RunHit { .. } => return Err("a hit-only write answer has no WIT form".to_owned()),
+        StoreReply::RunHit { hit } => R::RunHit(hit),
         StoreReply::Runs { runs } => R::Runs(runs.into_iter().map(run).collect()),
         StoreReply::Ensured { run: row, created } => R::Ensured(ls::Ensured { run: run(row), created }),
         StoreReply::Claim { intent: row, claimed } => R::Claim(ls::Claim { intent: intent(row), claimed }),
@@ -315,7 +313,7 @@ pub fn answer(a: StoreAnswer) -> Result<ls::StoreAnswer, String> {
         StoreReply::Log { entries } => R::Log(entries.into_iter().map(entry).collect()),
         StoreReply::Instances { instances } => R::Instances(instances.into_iter().map(instance).collect()),
     };
-    Ok(ls::StoreAnswer { now: a.now.0, reply })
+    ls::StoreAnswer { now: a.now.0, reply }
 }
 
 #[cfg(test)]
@@ -330,7 +328,13 @@ mod tests {
     }
 
     fn update(when: Vec<N>, set: Vec<ls::Assignment>) -> ls::StoreRequest {
-        ls::StoreRequest::UpdateRun(ls::UpdateRun { run_id: "R1".into(), when, set, want_before: false })
+        ls::StoreRequest::UpdateRun(ls::UpdateRun {
+            run_id: "R1".into(),
+            when,
+            set,
+            want_before: false,
+            want_after: true,
+        })
     }
 
     fn refused(req: ls::StoreRequest) -> String {
@@ -371,6 +375,20 @@ mod tests {
             want_after: true,
         };
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_write_that_wants_only_whether_it_hit_is_answered_run_hit() {
+        let mut u = update(vec![N::Always], vec![]);
+        if let ls::StoreRequest::UpdateRun(r) = &mut u {
+            r.want_after = false;
+        }
+        let got = request(u).unwrap();
+        assert!(matches!(got, StoreRequest::UpdateRun { want_after: false, .. }), "{got:?}");
+        for hit in [true, false] {
+            let a = answer(StoreAnswer { now: heart_fleet_core::Timestamp(0), reply: StoreReply::RunHit { hit } });
+            assert!(matches!(a.reply, ls::StoreReply::RunHit(h) if h == hit));
+        }
     }
 
     #[test]
