@@ -284,12 +284,6 @@ pub(crate) fn pg_reason(e: &tokio_postgres::Error) -> String {
 impl Conn {
     /// The open connection, connecting first when there is none (or it was lost).
     fn live(&mut self, what: &str) -> Result<&mut Live, StoreError> {
-        if self.held_tx == HeldTx::Lost {
-            return Err(StoreError(format!(
-                "{what}: postgres: the connection was lost inside the operation's transaction, which the server \
-                 rolled back"
-            )));
-        }
         if self.live.is_some() {
             // A connection the server closed while this store was idle (a restart,
             // `pg_terminate_backend`) has its farewell waiting in the socket, unread: the
@@ -305,6 +299,15 @@ impl Conn {
         }
         if self.live.as_ref().is_some_and(|l| l.client.is_closed()) {
             self.drop_live();
+        }
+        // Checked after the closed connection is dropped: a transaction lost just now must
+        // fail this request too, not send it on a new connection outside the transaction
+        // (a receipt inserted there would land alone, its write rolled back).
+        if self.held_tx == HeldTx::Lost {
+            return Err(StoreError(format!(
+                "{what}: postgres: the connection was lost inside the operation's transaction, which the server \
+                 rolled back"
+            )));
         }
         if self.live.is_none() {
             let live = self.connect().map_err(|reason| StoreError(format!("{what}: postgres connect: {reason}")))?;

@@ -19,7 +19,8 @@ use heart_fleet_core::model::RunRow;
 use heart_fleet_core::ops::{Fenced, ReleaseTo};
 use heart_fleet_core::sql::{SqlValue, Statement};
 use heart_fleet_core::time::Timestamp;
-use heart_fleet_core::{ErrorCode, HeartFleet};
+use heart_fleet_core::{ErrorCode, HeartFleet, LeaseStore, StoreAnswer, StoreError, StoreRequest};
+use heart_fleet_stores::receipts::ReceiptTableSink;
 use heart_fleet_stores::{AnyStore, PgStore};
 use pg_route::{Namespace, Route, env, terminate, with};
 use postgres::{Client, NoTls};
@@ -147,6 +148,76 @@ fn a_backend_killed_under_a_request_fails_it_and_the_next_one_reconnects() {
     let a = fleet.acquire(&run, "w", 60).unwrap();
     assert!(a.acquired, "{a:?}");
     assert_eq!(a.fence.unwrap().epoch, Some(1));
+}
+
+/// A store whose backend is terminated right after the first run write is answered: a
+/// connection lost between an operation's write and its receipt, inside the held transaction.
+struct KilledAfterWrite {
+    inner: AnyStore,
+    admin: Client,
+    app: String,
+    armed: bool,
+}
+
+impl LeaseStore for KilledAfterWrite {
+    fn execute(&mut self, req: StoreRequest) -> Result<StoreAnswer, StoreError> {
+        let write = matches!(req, StoreRequest::UpdateRun { .. });
+        let answer = self.inner.execute(req);
+        if write && std::mem::take(&mut self.armed) {
+            assert_eq!(terminate(&mut self.admin, &self.app), 1);
+            // Long enough for the farewell to reach the socket: the store sees it closed.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        answer
+    }
+    fn settle(&mut self) -> Result<(), StoreError> {
+        self.inner.settle()
+    }
+    fn abandon(&mut self) {
+        self.inner.abandon();
+    }
+}
+
+/// The connection lost inside an operation's held transaction (the release written, its
+/// receipt not yet inserted): the server rolled the write back, so the receipt must not be
+/// inserted on a new connection, where it would land alone and claim a release that never
+/// was (the lease would look ended while it is still held). The operation fails, the run and
+/// the receipt table are as they were, and the next operation reconnects.
+#[test]
+fn a_connection_lost_inside_a_held_transaction_lands_nothing_of_it() {
+    let Some(base) = env("DATABASE_URL", "PostgreSQL faults") else { return };
+    let Some(schema) = Namespace::migrated(Route::Direct, "PostgreSQL faults") else { return };
+    let run = uuid(5);
+    seed(&schema, &run);
+    let app = format!("heart-faults-held-{}", std::process::id());
+    let store = AnyStore::Postgres(PgStore::connect(&with(&schema.url, &format!("application_name={app}"))).unwrap());
+    let (sink, health) = ReceiptTableSink::new(&store);
+    let admin = Client::connect(&base, NoTls).unwrap();
+    let killing = KilledAfterWrite { inner: store.clone(), admin, app, armed: false };
+    let mut fleet = HeartFleet::new(killing).with_sink(Box::new(sink));
+    // A first receipt: the sink knows the run's chain head, so the next receipt is one INSERT.
+    let fence = fleet.acquire(&run, "A", 60).unwrap().fence.unwrap();
+    let held = fleet.get_run(&run).unwrap().unwrap();
+    let events = |store: &AnyStore| -> Vec<String> {
+        store
+            .clone()
+            .read_receipts_of(Some(&run), 0, 10)
+            .unwrap()
+            .iter()
+            .map(|r| r.receipt["event"].as_str().unwrap_or("?").to_owned())
+            .collect()
+    };
+    assert_eq!(events(&store), ["acquired"]);
+    fleet.store_mut().armed = true;
+    let err = fleet.release(&fence, ReleaseTo::Completed).unwrap_err();
+    assert_eq!(err.code, ErrorCode::StoreUnavailable, "{err}");
+    assert!(err.message.contains("rolled back"), "{err}");
+    assert_eq!(events(&store), ["acquired"], "no receipt of the lost release landed");
+    assert_eq!(fleet.get_run(&run).unwrap().unwrap(), held, "the release was rolled back");
+    assert_eq!((health.written(), health.rolled_back()), (1, 1));
+    // The next operation runs on a new connection, its write and receipt together.
+    assert!(matches!(fleet.release(&fence, ReleaseTo::Completed).unwrap(), Fenced::Ok { .. }));
+    assert_eq!(events(&store), ["acquired", "released"]);
 }
 
 #[test]
