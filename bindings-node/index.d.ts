@@ -288,7 +288,7 @@ export type StoreReply =
   | { kind: 'now' }
   | { kind: 'run'; run: AgentRunRow | null }
   | { kind: 'run_write'; before: AgentRunRow | null; after: AgentRunRow | null }
-  /** For an `update_run` with `want_after: false`: whether the write hit, no row. */
+  /** For an `update_run` that wants neither row (`want_after: false`, no `want_before`): whether the write hit. */
   | { kind: 'run_hit'; hit: boolean }
   | { kind: 'runs'; runs: AgentRunRow[] }
   | { kind: 'ensured'; run: AgentRunRow; created: boolean }

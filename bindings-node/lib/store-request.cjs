@@ -38,11 +38,11 @@ function decideRunWrite(store, req, snapshot, now) {
 
 /**
  * The answer to `req`, a conditional run write that went through (`after`) or missed (null):
- * the rows it asks for, or only whether it hit when it does not want the row after
- * (`want_after: false`, verifyFence's).
+ * the rows it asks for, or only whether it hit when it wants neither row (`want_after: false`
+ * without `want_before`, verifyFence's), as the core's own stores answer.
  */
 function runWritten(req, now, before, after) {
-  if (req.want_after === false) return { now, reply: { kind: 'run_hit', hit: after !== null } };
+  if (req.want_after === false && !req.want_before) return { now, reply: { kind: 'run_hit', hit: after !== null } };
   return { now, reply: { kind: 'run_write', before: req.want_before && after !== null ? before : null, after } };
 }
 

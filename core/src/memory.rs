@@ -275,10 +275,10 @@ impl MemoryStore {
         Ok(match req {
             StoreRequest::Now => StoreReply::Now,
             StoreRequest::ReadRun { run_id } => StoreReply::Run { run: self.run(&run_id).cloned() },
-            StoreRequest::UpdateRun { run_id, when, set, want_before, want_after: false } => {
-                StoreReply::RunHit { hit: self.write_run(&run_id, &when, &set, want_before)?.is_some() }
+            StoreRequest::UpdateRun { run_id, when, set, want_before: false, want_after: false } => {
+                StoreReply::RunHit { hit: self.write_run(&run_id, &when, &set, false)?.is_some() }
             }
-            StoreRequest::UpdateRun { run_id, when, set, want_before, want_after: true } => {
+            StoreRequest::UpdateRun { run_id, when, set, want_before, .. } => {
                 match self.write_run(&run_id, &when, &set, want_before)? {
                     Some(i) => StoreReply::RunWrite {
                         before: if want_before { self.before.take() } else { None },

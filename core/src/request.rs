@@ -373,8 +373,9 @@ pub enum StoreRequest {
     },
     /// One atomic conditional write of one run. Answer: [`StoreReply::RunWrite`] with the
     /// row after the write (`None` on a miss) and, when `want_before`, the row before it
-    /// on a hit; or, when the request does not `want_after`, [`StoreReply::RunHit`]: only
-    /// whether the write hit (a store may still answer `RunWrite`).
+    /// on a hit; or, when the request wants neither row (`want_before` and `want_after` both
+    /// false), [`StoreReply::RunHit`]: only whether the write hit (a store may still answer
+    /// `RunWrite`).
     UpdateRun {
         /// The run.
         run_id: String,
@@ -483,8 +484,8 @@ pub enum StoreReply {
         /// The row after the write; `None` when the condition did not hold or the run is missing.
         after: Option<RunRow>,
     },
-    /// For a [`StoreRequest::UpdateRun`] that does not `want_after`: whether the write hit
-    /// (the condition held and the run exists), no row.
+    /// For a [`StoreRequest::UpdateRun`] that wants neither row: whether the write hit (the
+    /// condition held and the run exists).
     RunHit {
         /// Whether the write hit.
         hit: bool,

@@ -683,7 +683,8 @@ impl<S: LeaseStore> LeaseStore for WantRows<S> {
     }
 }
 
-/// A client verifying the lease it took on its run (an hour long: it outlives the bench).
+/// A client verifying the lease it took on its run (an hour long: it outlives the bench),
+/// which it gives back when dropped, so the next variant can take it.
 struct FleetVerifier<S: LeaseStore> {
     fleet: HeartFleet<S>,
     fence: heart_fleet_core::FencingToken,
@@ -698,12 +699,14 @@ impl<S: LeaseStore> FleetVerifier<S> {
             None => fail(format!("verify: acquire missed: {:?}", acq.reason)),
         }
     }
+}
 
-    /// Gives the lease back, so the next variant can take it.
-    fn release(mut self) -> Res<()> {
-        match self.fleet.release(&self.fence, ReleaseTo::Ready)? {
-            Fenced::Ok { .. } => Ok(()),
-            Fenced::Rejected { cause } => fail(format!("verify: release rejected: {cause:?}")),
+impl<S: LeaseStore> Drop for FleetVerifier<S> {
+    fn drop(&mut self) {
+        match self.fleet.release(&self.fence, ReleaseTo::Ready) {
+            Ok(Fenced::Ok { .. }) => {}
+            Ok(Fenced::Rejected { cause }) => eprintln!("verify: release rejected: {cause:?}"),
+            Err(e) => eprintln!("verify: could not release: {e}"),
         }
     }
 }
@@ -717,17 +720,17 @@ impl<S: LeaseStore> Cycler for FleetVerifier<S> {
     }
 }
 
-/// The floor's client: the lease taken through the fleet, then verified by [`PLAIN_VERIFY`].
+/// The floor's client: the lease taken (and given back) by `holder`, verified by
+/// [`PLAIN_VERIFY`].
 struct PlainVerifier {
     client: postgres::Client,
     prepared: postgres::Statement,
-    fence: heart_fleet_core::FencingToken,
     holder: FleetVerifier<PgStore>,
 }
 
 impl Cycler for PlainVerifier {
     fn cycle(&mut self) -> Res<()> {
-        let f = &self.fence;
+        let f = &self.holder.fence;
         let expiry = f.lease_expires_at.to_iso();
         let epoch = f.epoch.unwrap_or(0);
         let rows = self.client.query(&self.prepared, &[&f.run_id, &f.owner, &expiry, &epoch])?;
@@ -738,60 +741,19 @@ impl Cycler for PlainVerifier {
     }
 }
 
-/// A verifying client of `variant`: takes the lease, verifies until dropped, then releases.
-struct Releasing(Option<Box<dyn ReleasingCycler>>);
-
-trait ReleasingCycler: Cycler {
-    fn release(self: Box<Self>) -> Res<()>;
-}
-
-impl<S: LeaseStore> ReleasingCycler for FleetVerifier<S> {
-    fn release(self: Box<Self>) -> Res<()> {
-        FleetVerifier::release(*self)
-    }
-}
-
-impl ReleasingCycler for PlainVerifier {
-    fn release(self: Box<Self>) -> Res<()> {
-        self.holder.release()
-    }
-}
-
-impl Cycler for Releasing {
-    fn cycle(&mut self) -> Res<()> {
-        match &mut self.0 {
-            Some(c) => c.cycle(),
-            None => fail("verify: released already"),
-        }
-    }
-    fn statements(&self) -> u64 {
-        0
-    }
-}
-
-impl Drop for Releasing {
-    fn drop(&mut self) {
-        if let Some(c) = self.0.take()
-            && let Err(e) = c.release()
-        {
-            eprintln!("verify: could not release: {e}");
-        }
-    }
-}
-
+/// A verifying client of `variant`: takes the lease, verifies, releases it when dropped.
 fn verifier(variant: VerifyVariant, config: &postgres::Config, run_id: &str) -> Res<Box<dyn Cycler>> {
     let store = PgStore::connect(&url_of(config))?;
-    let inner: Box<dyn ReleasingCycler> = match variant {
+    Ok(match variant {
         VerifyVariant::Heart => Box::new(FleetVerifier::new(store, run_id)?),
         VerifyVariant::HeartRows => Box::new(FleetVerifier::new(WantRows(store), run_id)?),
         VerifyVariant::PlainPrepared => {
             let holder = FleetVerifier::new(store, run_id)?;
             let mut client = config.connect(postgres::NoTls)?;
             let prepared = client.prepare(PLAIN_VERIFY)?;
-            Box::new(PlainVerifier { client, prepared, fence: holder.fence.clone(), holder })
+            Box::new(PlainVerifier { client, prepared, holder })
         }
-    };
-    Ok(Box::new(Releasing(Some(inner))))
+    })
 }
 
 fn verify_section(o: &Opts, schema: &Schema) -> Res<()> {

@@ -19,24 +19,20 @@ pub(super) fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
             let on = b.uuid_eq("agent_runs.id", run_id);
             format!("{PG_CLOCK} SELECT {now}, {} FROM clk LEFT JOIN agent_runs ON {on}", runs("agent_runs", ""))
         }
-        StoreRequest::UpdateRun { run_id, when, set, want_before: false, want_after: false } => {
-            // Only whether the write hit: the id, no row to format here or decode there.
+        StoreRequest::UpdateRun { run_id, when, set, want_before: false, want_after } => {
             let id = b.uuid_eq("agent_runs.id", run_id);
             let set = set_list(&mut b, set)?;
             let when = cond(&mut b, when)?;
+            // Without `want_after`, only whether the write hit: the id, no row to format here
+            // or decode there.
+            let (returning, selected) = if *want_after {
+                ("agent_runs.*", runs("upd", ""))
+            } else {
+                ("agent_runs.id", "upd.id::text AS id".to_owned())
+            };
             format!(
-                "{PG_CLOCK}, upd AS (UPDATE agent_runs SET {set} FROM clk WHERE {id} AND {when} RETURNING agent_runs.id) \
-                 SELECT {now}, upd.id::text AS id FROM clk LEFT JOIN upd ON TRUE"
-            )
-        }
-        StoreRequest::UpdateRun { run_id, when, set, want_before: false, .. } => {
-            let id = b.uuid_eq("agent_runs.id", run_id);
-            let set = set_list(&mut b, set)?;
-            let when = cond(&mut b, when)?;
-            format!(
-                "{PG_CLOCK}, upd AS (UPDATE agent_runs SET {set} FROM clk WHERE {id} AND {when} RETURNING agent_runs.*) \
-                 SELECT {now}, {} FROM clk LEFT JOIN upd ON TRUE",
-                runs("upd", "")
+                "{PG_CLOCK}, upd AS (UPDATE agent_runs SET {set} FROM clk WHERE {id} AND {when} RETURNING {returning}) \
+                 SELECT {now}, {selected} FROM clk LEFT JOIN upd ON TRUE"
             )
         }
         // Wanting the row before the write, the row after it comes too (`want_after` aside).
