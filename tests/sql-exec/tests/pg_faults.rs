@@ -150,8 +150,9 @@ fn a_backend_killed_under_a_request_fails_it_and_the_next_one_reconnects() {
     assert_eq!(a.fence.unwrap().epoch, Some(1));
 }
 
-/// A store whose backend is terminated right after the first run write is answered: a
-/// connection lost between an operation's write and its receipt, inside the held transaction.
+/// A store whose backend is terminated right after the first run write answered once
+/// `armed`: a connection lost between an operation's write and its receipt, inside the held
+/// transaction.
 struct KilledAfterWrite {
     inner: AnyStore,
     admin: Client,
