@@ -199,25 +199,69 @@ pub(super) const LOG_COLUMNS: [(&str, Kind); 6] = [
 
 /// PostgreSQL: `timestamptz` as `toISOString()` text.
 pub(super) fn pg_iso(expr: &str) -> String {
-    format!("to_char({expr} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')")
+    let mut out = String::with_capacity(expr.len() + PG_ISO_OPEN.len() + PG_ISO_CLOSE.len());
+    push_pg_iso(&mut out, expr, "");
+    out
+}
+
+const PG_ISO_OPEN: &str = "to_char(";
+const PG_ISO_CLOSE: &str = " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')";
+
+/// [`pg_iso`] of `rel.name` (or `name` when `rel` is empty), appended to `out`.
+fn push_pg_iso(out: &mut String, rel: &str, name: &str) {
+    out.push_str(PG_ISO_OPEN);
+    push_column(out, rel, name);
+    out.push_str(PG_ISO_CLOSE);
+}
+
+/// `rel.name`, or `name` when `rel` is empty (`rel` alone when `name` is).
+fn push_column(out: &mut String, rel: &str, name: &str) {
+    out.push_str(rel);
+    if !rel.is_empty() && !name.is_empty() {
+        out.push('.');
+    }
+    out.push_str(name);
 }
 
 /// The select list of a table's columns read from relation `rel`, each named `prefix` + column.
+///
+/// Written into one string, piece by piece: an operation's statement renders this list for
+/// every request (18 columns for a run), and formatting each column into a string of its own
+/// was the largest part of rendering a statement.
 pub(super) fn select_list(dialect: Dialect, columns: &[(&str, Kind)], rel: &str, prefix: &str) -> String {
-    columns
-        .iter()
-        .map(|(name, kind)| {
-            let col = if rel.is_empty() { (*name).to_owned() } else { format!("{rel}.{name}") };
-            let expr = match (dialect, kind) {
-                (Dialect::Sqlite, _) | (Dialect::Postgres, Kind::Text | Kind::Label | Kind::Int) => col,
-                (Dialect::Postgres, Kind::Uuid | Kind::Json) => format!("{col}::text"),
-                (Dialect::Postgres, Kind::Time) => pg_iso(&col),
-                (Dialect::Postgres, Kind::TextArray) => format!("to_json({col})::text"),
-            };
-            if expr == *name && prefix.is_empty() { expr } else { format!("{expr} AS {prefix}{name}") }
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    let mut out = String::with_capacity(columns.len() * 64);
+    for (i, (name, kind)) in columns.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let bare = match (dialect, kind) {
+            (Dialect::Sqlite, _) | (Dialect::Postgres, Kind::Text | Kind::Label | Kind::Int) => {
+                push_column(&mut out, rel, name);
+                rel.is_empty()
+            }
+            (Dialect::Postgres, Kind::Uuid | Kind::Json) => {
+                push_column(&mut out, rel, name);
+                out.push_str("::text");
+                false
+            }
+            (Dialect::Postgres, Kind::Time) => {
+                push_pg_iso(&mut out, rel, name);
+                false
+            }
+            (Dialect::Postgres, Kind::TextArray) => {
+                out.push_str("to_json(");
+                push_column(&mut out, rel, name);
+                out.push_str(")::text");
+                false
+            }
+        };
+        if !(bare && prefix.is_empty()) {
+            out.push_str(" AS ");
+            out.push_str(prefix);
+            out.push_str(name);
+        }
+    }
+    out
 }
 
 /// Whether PostgreSQL's `uuid` input accepts `s` (its `string_to_uuid`: optional braces, 32
@@ -267,6 +311,14 @@ pub(super) const SQLITE_UUID: &str = "(lower(hex(randomblob(4))) || '-' || lower
 // Statement builder
 // ------------------------------------------------------------------------------------------
 
+/// `n` in decimal, appended to `out` (a placeholder's number: no formatter needed).
+fn push_decimal(out: &mut String, n: usize) {
+    if n >= 10 {
+        push_decimal(out, n / 10);
+    }
+    out.push(char::from(b'0' + (n % 10) as u8));
+}
+
 /// Builds one statement: allocates placeholders and knows how to spell values and the clock.
 pub(super) struct Builder {
     dialect: Dialect,
@@ -286,15 +338,18 @@ impl Builder {
     pub(super) fn push(&mut self, p: SqlParam) -> String {
         self.params.push(p);
         let n = self.params.len();
-        match self.dialect {
-            Dialect::Postgres => format!("${n}"),
-            Dialect::Sqlite => format!("?{n}"),
-        }
+        let mut ph = String::with_capacity(24);
+        ph.push(match self.dialect {
+            Dialect::Postgres => '$',
+            Dialect::Sqlite => '?',
+        });
+        push_decimal(&mut ph, n);
+        ph
     }
 
     pub(super) fn cast(&mut self, p: SqlParam, pg_cast: &str) -> String {
         let ph = self.push(p);
-        if self.pg() { format!("{ph}{pg_cast}") } else { ph }
+        if self.pg() { ph + pg_cast } else { ph }
     }
 
     pub(super) fn truth(&self, b: bool) -> &'static str {
@@ -327,7 +382,7 @@ impl Builder {
         let now = self.now();
         Ok(if self.pg() {
             let n = self.cast(SqlParam::Int(ms), "::bigint");
-            format!("({now} + {n} * interval '1 millisecond')")
+            ["(", &now, " + ", &n, " * interval '1 millisecond')"].concat()
         } else {
             let m = self.push(SqlParam::Text(sqlite_shift_modifier(ms)));
             format!("strftime('%Y-%m-%dT%H:%M:%fZ', {now}, {m})")
@@ -338,7 +393,7 @@ impl Builder {
     pub(super) fn opt(&mut self, p: Option<SqlParam>, pg_cast: &str) -> String {
         match p {
             Some(p) => self.cast(p, pg_cast),
-            None if self.pg() => format!("NULL{pg_cast}"),
+            None if self.pg() => ["NULL", pg_cast].concat(),
             None => "NULL".to_owned(),
         }
     }
@@ -370,7 +425,7 @@ impl Builder {
     /// `col = <uuid>`, or false when the text is not a UUID (PostgreSQL).
     pub(super) fn uuid_eq(&mut self, col: &str, s: &str) -> String {
         match self.uuid(s) {
-            Some(v) => format!("{col} = {v}"),
+            Some(v) => [col, " = ", &v].concat(),
             None => self.truth(false).to_owned(),
         }
     }
@@ -380,7 +435,7 @@ impl Builder {
         Some(match v {
             Val::Null => return None,
             Val::Text(s) if kind == Kind::Uuid => return self.uuid(s),
-            Val::Text(s) if kind == Kind::Label && is_label(s) => format!("'{s}'"),
+            Val::Text(s) if kind == Kind::Label && is_label(s) => ["'", s, "'"].concat(),
             Val::Text(s) => self.text(s),
             Val::Int(i) => self.int(*i),
             Val::Time(t) => self.time(*t),
@@ -388,21 +443,20 @@ impl Builder {
         })
     }
 
-    /// The left operand of an equality test (`Eq`, `In`) on `col`. PostgreSQL timestamps
-    /// hold microseconds, and a row written by another tool may carry sub-millisecond digits,
-    /// while the core sees (and compares) every timestamp in whole milliseconds: the column
-    /// is truncated to milliseconds first, so a value read back from the row equals it.
-    /// These tests pick one row by key, so no index on the timestamp is lost.
-    pub(super) fn eq_operand<C: Column>(&self, col: C) -> String {
+    /// The left operand of an equality test (`Eq`, `In`) on `col`, appended to `out`.
+    /// PostgreSQL timestamps hold microseconds, and a row written by another tool may carry
+    /// sub-millisecond digits, while the core sees (and compares) every timestamp in whole
+    /// milliseconds: the column is truncated to milliseconds first, so a value read back from
+    /// the row equals it. These tests pick one row by key, so no index on the timestamp is
+    /// lost.
+    fn push_eq_operand<C: Column>(&self, col: C, out: &mut String) {
         if self.pg() && col.kind() == Kind::Time {
-            format!("date_trunc('milliseconds', {})", qualified(col))
+            out.push_str("date_trunc('milliseconds', ");
+            push_qualified(out, col);
+            out.push(')');
         } else {
-            qualified(col)
+            push_qualified(out, col);
         }
-    }
-
-    pub(super) fn not(&self, inner: &str) -> String {
-        format!("NOT COALESCE({inner}, {})", self.truth(false))
     }
 
     pub(super) fn finish(self, sql: String) -> Statement {
@@ -415,47 +469,111 @@ impl Builder {
 // ------------------------------------------------------------------------------------------
 
 pub(super) fn qualified<C: Column>(c: C) -> String {
-    format!("{}.{}", C::TABLE, c.name())
+    [C::TABLE, ".", c.name()].concat()
+}
+
+/// [`qualified`], appended to `out`.
+fn push_qualified<C: Column>(out: &mut String, c: C) {
+    out.push_str(C::TABLE);
+    out.push('.');
+    out.push_str(c.name());
 }
 
 /// Renders a condition as a boolean SQL expression over the row of `C::TABLE`. It may be
 /// NULL only where the evaluator says false; [`Cond::Not`] coalesces its operand.
 pub(super) fn cond<C: Column>(b: &mut Builder, c: &Cond<C>) -> Result<String, HeartError> {
-    Ok(match c {
-        Cond::True => b.truth(true).to_owned(),
-        Cond::Eq(col, Val::Null) => format!("{} IS NULL", qualified(*col)),
-        Cond::Eq(col, v) => {
-            if !col.kind().accepts(v) {
-                return Ok(b.truth(false).to_owned());
+    let mut out = String::with_capacity(256);
+    cond_into(b, c, &mut out)?;
+    Ok(out)
+}
+
+/// [`cond`], appended to `out`. The conditions of a lease operation's write (an `AND`/`OR`
+/// tree of equalities, the held statuses, the expiry) are written in place, piece by piece:
+/// rendering each node into a string of its own made allocation and formatting the largest
+/// part of a PostgreSQL client's time. Other conditions go through [`cond_node`].
+fn cond_into<C: Column>(b: &mut Builder, c: &Cond<C>, out: &mut String) -> Result<(), HeartError> {
+    match c {
+        Cond::And(cs) | Cond::Or(cs) if !cs.is_empty() => {
+            let op = if matches!(c, Cond::And(_)) { " AND " } else { " OR " };
+            out.push('(');
+            for (i, c) in cs.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(op);
+                }
+                cond_into(b, c, out)?;
             }
-            // `=` is null-safe here: the value is not null, so `col = v` is NULL only when
-            // the column is, where the evaluator says false, and a NULL condition acts as
-            // false everywhere it is used (WHERE, CASE WHEN, AND/OR, and NOT, which
-            // coalesces). Unlike IS NOT DISTINCT FROM, `=` can use an index.
-            match b.value(col.kind(), v) {
-                Some(lit) => format!("{} = {lit}", b.eq_operand(*col)),
-                None => b.truth(false).to_owned(),
-            }
+            out.push(')');
         }
+        Cond::Not(inner) => {
+            out.push_str("NOT COALESCE(");
+            cond_into(b, inner, out)?;
+            out.push_str(", ");
+            out.push_str(b.truth(false));
+            out.push(')');
+        }
+        // `=` is null-safe here: the value is not null, so `col = v` is NULL only when the
+        // column is, where the evaluator says false, and a NULL condition acts as false
+        // everywhere it is used (WHERE, CASE WHEN, AND/OR, and NOT, which coalesces). Unlike
+        // IS NOT DISTINCT FROM, `=` can use an index.
+        Cond::Eq(col, v) if !matches!(v, Val::Null) && col.kind().accepts(v) => match b.value(col.kind(), v) {
+            Some(lit) => {
+                b.push_eq_operand(*col, out);
+                out.push_str(" = ");
+                out.push_str(&lit);
+            }
+            None => out.push_str(b.truth(false)),
+        },
         Cond::In(col, vs) => {
-            let mut lits = Vec::new();
+            let mut first = true;
+            let mark = out.len();
             for v in vs.iter().filter(|v| col.kind().accepts(v)) {
                 if let Some(lit) = b.value(col.kind(), v) {
-                    lits.push(lit);
+                    if first {
+                        b.push_eq_operand(*col, out);
+                        out.push_str(" IN (");
+                        first = false;
+                    } else {
+                        out.push_str(", ");
+                    }
+                    out.push_str(&lit);
                 }
             }
-            if lits.is_empty() {
-                b.truth(false).to_owned()
+            if first {
+                out.truncate(mark);
+                out.push_str(b.truth(false));
             } else {
-                format!("{} IN ({})", b.eq_operand(*col), lits.join(", "))
+                out.push(')');
             }
         }
+        Cond::ExpiredAt(col) if col.kind() == Kind::Time => {
+            let now = b.now();
+            out.push('(');
+            push_qualified(out, *col);
+            out.push_str(" IS NULL OR ");
+            push_qualified(out, *col);
+            out.push_str(" <= ");
+            out.push_str(&now);
+            out.push(')');
+        }
+        _ => out.push_str(&cond_node(b, c)?),
+    }
+    Ok(())
+}
+
+/// One condition rendered into a string of its own (the nodes [`cond_into`] does not write
+/// in place).
+fn cond_node<C: Column>(b: &mut Builder, c: &Cond<C>) -> Result<String, HeartError> {
+    Ok(match c {
+        Cond::True => b.truth(true).to_owned(),
+        Cond::Eq(col, Val::Null) => qualified(*col) + " IS NULL",
+        // A value the column cannot hold matches nothing (`cond_into` writes the others).
+        Cond::Eq(..) => b.truth(false).to_owned(),
         Cond::AtMost(col, n) => {
             if col.kind() != Kind::Int {
                 return Ok(b.truth(false).to_owned());
             }
             let lit = b.int(*n);
-            format!("{} <= {lit}", qualified(*col))
+            [&qualified(*col), " <= ", &lit].concat()
         }
         Cond::ExpiredAt(col) => {
             if col.kind() != Kind::Time {
@@ -463,7 +581,7 @@ pub(super) fn cond<C: Column>(b: &mut Builder, c: &Cond<C>) -> Result<String, He
             }
             let q = qualified(*col);
             let now = b.now();
-            format!("({q} IS NULL OR {q} <= {now})")
+            ["(", &q, " IS NULL OR ", &q, " <= ", &now, ")"].concat()
         }
         Cond::LiveAt(col) => {
             if col.kind() != Kind::Time {
@@ -471,7 +589,7 @@ pub(super) fn cond<C: Column>(b: &mut Builder, c: &Cond<C>) -> Result<String, He
             }
             let q = qualified(*col);
             let now = b.now();
-            format!("({q} IS NOT NULL AND {q} > {now})")
+            ["(", &q, " IS NOT NULL AND ", &q, " > ", &now, ")"].concat()
         }
         Cond::OlderThan(col, ms) => {
             if col.kind() != Kind::Time {
@@ -480,15 +598,15 @@ pub(super) fn cond<C: Column>(b: &mut Builder, c: &Cond<C>) -> Result<String, He
             // now - col > ms  <=>  col < now - ms
             let shift = ms.checked_neg().ok_or_else(|| invalid("older-than offset out of range"))?;
             let bound = b.now_plus(shift)?;
-            format!("{} < {bound}", qualified(*col))
+            [&qualified(*col), " < ", &bound].concat()
         }
         Cond::StartsWith(col, prefix) => match col.kind() {
             Kind::Text | Kind::Label | Kind::Uuid => {
                 let q = qualified(*col);
                 if b.pg() {
                     let p = b.text(prefix);
-                    let q = if col.kind() == Kind::Uuid { format!("{q}::text") } else { q };
-                    format!("starts_with({q}, {p})")
+                    let cast = if col.kind() == Kind::Uuid { "::text" } else { "" };
+                    ["starts_with(", &q, cast, ", ", &p, ")"].concat()
                 } else {
                     let p = b.text(prefix);
                     format!("substr({q}, 1, length({p})) = {p}")
@@ -498,15 +616,8 @@ pub(super) fn cond<C: Column>(b: &mut Builder, c: &Cond<C>) -> Result<String, He
         },
         Cond::And(cs) if cs.is_empty() => b.truth(true).to_owned(),
         Cond::Or(cs) if cs.is_empty() => b.truth(false).to_owned(),
-        Cond::And(cs) | Cond::Or(cs) => {
-            let op = if matches!(c, Cond::And(_)) { " AND " } else { " OR " };
-            let parts = cs.iter().map(|c| cond(b, c)).collect::<Result<Vec<_>, _>>()?;
-            format!("({})", parts.join(op))
-        }
-        Cond::Not(inner) => {
-            let inner = cond(b, inner)?;
-            b.not(&inner)
-        }
+        // Written in place by `cond_into`, which never hands them here.
+        Cond::In(..) | Cond::And(_) | Cond::Or(_) | Cond::Not(_) => cond(b, c)?,
         Cond::RunHeldBy { owner, lease_expires_at, epoch } => {
             let (col, kind) = C::run_ref();
             let join = if b.pg() && kind != Kind::Uuid {
@@ -547,7 +658,7 @@ pub(super) fn cond<C: Column>(b: &mut Builder, c: &Cond<C>) -> Result<String, He
 /// write (SQL `UPDATE` semantics).
 pub(super) fn expr<C: Column>(b: &mut Builder, e: &Expr<C>, target: Kind, what: &str) -> Result<String, HeartError> {
     Ok(match e {
-        Expr::Val(Val::Null) if b.pg() => format!("NULL::{}", target.pg_type()),
+        Expr::Val(Val::Null) if b.pg() => ["NULL::", target.pg_type()].concat(),
         Expr::Val(Val::Null) => "NULL".to_owned(),
         Expr::Val(v) => {
             if !target.accepts(v) {
@@ -565,13 +676,13 @@ pub(super) fn expr<C: Column>(b: &mut Builder, e: &Expr<C>, target: Kind, what: 
                 return Err(invalid(format!("{what}: arithmetic on a non-integer column")));
             }
             let n = b.int(*n);
-            format!("({} + {n})", qualified(*col))
+            ["(", &qualified(*col), " + ", &n, ")"].concat()
         }
         Expr::Case(c, then, otherwise) => {
             let c = cond(b, c)?;
             let then = expr(b, then, target, what)?;
             let otherwise = expr(b, otherwise, target, what)?;
-            format!("CASE WHEN {c} THEN {then} ELSE {otherwise} END")
+            ["CASE WHEN ", &c, " THEN ", &then, " ELSE ", &otherwise, " END"].concat()
         }
     })
 }
@@ -579,7 +690,7 @@ pub(super) fn expr<C: Column>(b: &mut Builder, e: &Expr<C>, target: Kind, what: 
 /// The `SET` list. A column assigned twice keeps its last assignment (as the evaluator
 /// applies them in order); no assignment at all is a no-op write of one column.
 pub(super) fn set_list<C: Column>(b: &mut Builder, set: &[Assign<C>]) -> Result<String, HeartError> {
-    let mut parts = Vec::new();
+    let mut out = String::new();
     for (i, (col, e)) in set.iter().enumerate() {
         if set[i + 1..].iter().any(|(later, _)| later == col) {
             continue;
@@ -588,10 +699,15 @@ pub(super) fn set_list<C: Column>(b: &mut Builder, set: &[Assign<C>]) -> Result<
             return Err(invalid(format!("{}.{} is immutable", C::TABLE, col.name())));
         }
         let value = expr(b, e, col.kind(), col.name())?;
-        parts.push(format!("{} = {value}", col.name()));
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        out.push_str(col.name());
+        out.push_str(" = ");
+        out.push_str(&value);
     }
-    if parts.is_empty() {
-        parts.push(format!("{0} = {1}.{0}", C::NOOP, C::TABLE));
+    if out.is_empty() {
+        out = [C::NOOP, " = ", C::TABLE, ".", C::NOOP].concat();
     }
-    Ok(parts.join(", "))
+    Ok(out)
 }

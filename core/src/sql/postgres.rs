@@ -3,7 +3,13 @@
 use super::*;
 
 pub(super) fn pg_now_col() -> String {
-    format!("{} AS now", pg_iso("clk.now"))
+    pg_iso("clk.now") + " AS now"
+}
+
+/// The select list of a written run (`upd`), the same in every run write: rendered once.
+fn updated_run_columns() -> &'static str {
+    static COLUMNS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    COLUMNS.get_or_init(|| select_list(Dialect::Postgres, &RUN_COLUMNS, "upd", ""))
 }
 
 pub(super) fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
@@ -26,14 +32,27 @@ pub(super) fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
             // Without `want_after`, only whether the write hit: the id, no row to format here
             // or decode there.
             let (returning, selected) = if *want_after {
-                ("agent_runs.*", runs("upd", ""))
+                ("agent_runs.*", updated_run_columns())
             } else {
-                ("agent_runs.id", "upd.id::text AS id".to_owned())
+                ("agent_runs.id", "upd.id::text AS id")
             };
-            format!(
-                "{PG_CLOCK}, upd AS (UPDATE agent_runs SET {set} FROM clk WHERE {id} AND {when} RETURNING {returning}) \
-                 SELECT {now}, {selected} FROM clk LEFT JOIN upd ON TRUE"
-            )
+            [
+                PG_CLOCK,
+                ", upd AS (UPDATE agent_runs SET ",
+                &set,
+                " FROM clk WHERE ",
+                &id,
+                " AND ",
+                &when,
+                " RETURNING ",
+                returning,
+                ") SELECT ",
+                &now,
+                ", ",
+                selected,
+                " FROM clk LEFT JOIN upd ON TRUE",
+            ]
+            .concat()
         }
         // Wanting the row before the write, the row after it comes too (`want_after` aside).
         StoreRequest::UpdateRun { run_id, when, set, want_before: true, .. } => {
@@ -51,19 +70,31 @@ pub(super) fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
             // from the row after (fewer columns to format here and to decode there).
             let assigned: Vec<(&str, Kind)> =
                 RUN_COLUMNS.iter().filter(|(name, _)| set.iter().any(|(c, _)| c.name() == *name)).copied().collect();
-            let mut before = vec!["prev.id::text AS b_id".to_owned()];
-            before.extend(assigned.iter().map(|col| select_list(d, std::slice::from_ref(col), "prev", "b_")));
+            let mut before = "prev.id::text AS b_id".to_owned();
+            if !assigned.is_empty() {
+                before.push_str(", ");
+                before.push_str(&select_list(d, &assigned, "prev", "b_"));
+            }
             let id = b.uuid_eq("agent_runs.id", run_id);
             let set = set_list(&mut b, set)?;
             let when = cond(&mut b, when)?;
-            format!(
-                "{PG_CLOCK}, prev AS MATERIALIZED (SELECT agent_runs.* FROM agent_runs WHERE {id} FOR UPDATE), \
-                 upd AS (UPDATE agent_runs SET {set} FROM clk, prev WHERE agent_runs.id = prev.id AND {when} \
-                 RETURNING agent_runs.*) \
-                 SELECT {now}, {}, {} FROM clk LEFT JOIN prev ON TRUE LEFT JOIN upd ON TRUE",
-                before.join(", "),
-                runs("upd", "")
-            )
+            [
+                PG_CLOCK,
+                ", prev AS MATERIALIZED (SELECT agent_runs.* FROM agent_runs WHERE ",
+                &id,
+                " FOR UPDATE), upd AS (UPDATE agent_runs SET ",
+                &set,
+                " FROM clk, prev WHERE agent_runs.id = prev.id AND ",
+                &when,
+                " RETURNING agent_runs.*) SELECT ",
+                &now,
+                ", ",
+                &before,
+                ", ",
+                updated_run_columns(),
+                " FROM clk LEFT JOIN prev ON TRUE LEFT JOIN upd ON TRUE",
+            ]
+            .concat()
         }
         StoreRequest::ScanRuns { when, order: RunOrder::ExpiresAt, limit }
             if expired_rest(when, RunCol::LeaseExpiresAt).is_some() =>
