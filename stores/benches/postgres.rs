@@ -340,19 +340,9 @@ impl LeaseStore for PreparedPg {
 // Cycles
 // ------------------------------------------------------------------------------------------
 
-/// The plain floor: one conditional single-row `UPDATE … RETURNING` for acquire and one for
-/// release, on the same table (so the same indexes and the epoch trigger).
-const PLAIN_ACQUIRE: &str = "UPDATE agent_runs SET status = 'leased', lease_owner = $2::text, \
-     lease_expires_at = clock_timestamp() + interval '60 seconds', updated_at = clock_timestamp(), \
-     fencing_epoch = fencing_epoch + 1 \
-     WHERE id = $1::text::uuid AND (status = 'ready' OR (status IN ('leased', 'running') \
-     AND (lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp()))) \
-     RETURNING lease_expires_at::text";
-const PLAIN_RELEASE: &str = "UPDATE agent_runs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL, \
-     retries = 0, updated_at = clock_timestamp() \
-     WHERE id = $1::text::uuid AND status IN ('leased', 'running') AND lease_owner = $2::text \
-     AND lease_expires_at = $3::text::timestamptz AND lease_expires_at > clock_timestamp() \
-     RETURNING id::text";
+#[path = "shared/plain_floor.rs"]
+mod plain_floor;
+use plain_floor::{PLAIN_ACQUIRE, PLAIN_RELEASE};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Variant {

@@ -16,18 +16,9 @@ use heart_fleet_stores::{PgStore, connect, migrate};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-/// The floor's statements (as in `benches/postgres.rs`).
-const PLAIN_ACQUIRE: &str = "UPDATE agent_runs SET status = 'leased', lease_owner = $2::text, \
-     lease_expires_at = clock_timestamp() + interval '60 seconds', updated_at = clock_timestamp(), \
-     fencing_epoch = fencing_epoch + 1 \
-     WHERE id = $1::text::uuid AND (status = 'ready' OR (status IN ('leased', 'running') \
-     AND (lease_expires_at IS NULL OR lease_expires_at <= clock_timestamp()))) \
-     RETURNING lease_expires_at::text";
-const PLAIN_RELEASE: &str = "UPDATE agent_runs SET status = 'ready', lease_owner = NULL, lease_expires_at = NULL, \
-     retries = 0, updated_at = clock_timestamp() \
-     WHERE id = $1::text::uuid AND status IN ('leased', 'running') AND lease_owner = $2::text \
-     AND lease_expires_at = $3::text::timestamptz AND lease_expires_at > clock_timestamp() \
-     RETURNING id::text";
+#[path = "../benches/shared/plain_floor.rs"]
+mod plain_floor;
+use plain_floor::{PLAIN_ACQUIRE, PLAIN_RELEASE};
 
 fn heart_cycles(url: &str, run_id: &str, n: u32) -> Res<u32> {
     let mut heart = HeartFleet::new(PgStore::connect(url)?).with_sink(Box::new(|_: &HeartReceipt| {}));
