@@ -56,9 +56,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use heart_fleet_core::Timestamp;
 use heart_fleet_core::sql::{self, Dialect, SqlParam, SqlRow, SqlValue, Statement};
 use heart_fleet_core::{LeaseStore, StoreAnswer, StoreError, StoreRequest};
-use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::{Client, Config, Row};
 
 use crate::failed;
@@ -611,7 +612,70 @@ impl PgTx<'_> {
     }
 }
 
-fn pg_value(row: &Row, i: usize, ty: &Type) -> Result<SqlValue, tokio_postgres::Error> {
+/// A column in the binary form the server sent, for the types [`native_text`] converts.
+struct Binary<'a>(&'a [u8]);
+
+impl<'a> FromSql<'a> for Binary<'a> {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Binary(raw))
+    }
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::TIMESTAMPTZ || *ty == Type::UUID || *ty == Type::JSONB
+    }
+}
+
+/// Microseconds from PostgreSQL's epoch (2000-01-01) to the Unix epoch's, in milliseconds.
+const PG_EPOCH_MS: i64 = 946_684_800_000;
+
+/// The text the core's decoder reads for a column that a [`sql::PgColumns::Native`] statement
+/// selects in its own type: a `timestamptz` as `toISOString()` (truncated to the millisecond,
+/// as the text statements' `to_char` does), a `uuid` in its canonical form, `jsonb` as its JSON
+/// text. An instant outside years 0000-9999 (or infinity) becomes text the decoder refuses,
+/// as it refuses the text statements' form of it (`store-protocol`).
+fn native_text(ty: &Type, raw: &[u8]) -> Result<String, String> {
+    if *ty == Type::TIMESTAMPTZ {
+        let micros = i64::from_be_bytes(raw.try_into().map_err(|_| "a timestamptz that is not 8 bytes")?);
+        return Ok(match micros {
+            i64::MAX => "infinity".to_owned(),
+            i64::MIN => "-infinity".to_owned(),
+            _ => {
+                let ms = micros.div_euclid(1000) + PG_EPOCH_MS;
+                match Timestamp::from_millis(ms) {
+                    Some(t) => t.to_iso(),
+                    None => format!("{ms} ms after 1970, outside the years 0000-9999"),
+                }
+            }
+        });
+    }
+    if *ty == Type::UUID {
+        let bytes: &[u8; 16] = raw.try_into().map_err(|_| "a uuid that is not 16 bytes")?;
+        let mut out = String::with_capacity(36);
+        for (i, b) in bytes.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                out.push('-');
+            }
+            for nibble in [b >> 4, b & 0xf] {
+                out.push(char::from_digit(u32::from(nibble), 16).unwrap_or('0'));
+            }
+        }
+        return Ok(out);
+    }
+    // jsonb: a version byte (1), then the JSON text.
+    match raw.split_first() {
+        Some((1, text)) => std::str::from_utf8(text).map(str::to_owned).map_err(|e| format!("jsonb: {e}")),
+        _ => Err("a jsonb value of an unknown version".to_owned()),
+    }
+}
+
+fn pg_value(row: &Row, i: usize, ty: &Type) -> Result<SqlValue, String> {
+    if Binary::accepts(ty) {
+        let raw: Option<Binary<'_>> = row.try_get(i).map_err(|e| e.to_string())?;
+        return raw.map_or(Ok(SqlValue::Null), |b| native_text(ty, b.0).map(SqlValue::Text));
+    }
+    pg_plain_value(row, i, ty).map_err(|e| e.to_string())
+}
+
+fn pg_plain_value(row: &Row, i: usize, ty: &Type) -> Result<SqlValue, tokio_postgres::Error> {
     Ok(if *ty == Type::TEXT || *ty == Type::VARCHAR || *ty == Type::NAME {
         row.try_get::<_, Option<String>>(i)?.map_or(SqlValue::Null, SqlValue::Text)
     } else if *ty == Type::INT4 {
@@ -623,13 +687,14 @@ fn pg_value(row: &Row, i: usize, ty: &Type) -> Result<SqlValue, tokio_postgres::
     })
 }
 
-/// Driver rows as [`SqlRow`]s (columns must be text, integers or booleans).
+/// Driver rows as [`SqlRow`]s (columns must be text, integers, booleans, or the
+/// `timestamptz`, `uuid` and `jsonb` of a [`sql::PgColumns::Native`] statement, as text).
 pub fn sql_rows(rows: &[Row]) -> Result<Vec<SqlRow>, StoreError> {
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let mut cells = Vec::with_capacity(row.len());
         for (i, col) in row.columns().iter().enumerate() {
-            // Anything but text, integers and booleans fails here as a type mismatch.
+            // Any other type fails here as a type mismatch.
             let v = pg_value(row, i, col.type_()).map_err(|e| failed(&format!("postgres column {}", col.name()), e))?;
             cells.push((col.name().to_owned(), v));
         }
@@ -666,10 +731,8 @@ impl TxConn for Conn {
 
 impl LeaseStore for PgStore {
     fn execute(&mut self, req: StoreRequest) -> Result<StoreAnswer, StoreError> {
-        let stmts = sql::render(&req, Dialect::Postgres).map_err(|e| failed("render", e))?;
-        let [stmt] = stmts.as_slice() else {
-            return Err(StoreError(format!("postgres: render gave {} statements, not one", stmts.len())));
-        };
+        // The driver reads results in binary: the statement need not format its columns.
+        let stmt = &sql::render_pg_for(&req, sql::PgColumns::Native).map_err(|e| failed("render", e))?;
         let rows = {
             let mut conn = self.conn();
             let mut held = self.held();

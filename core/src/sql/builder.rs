@@ -264,6 +264,30 @@ pub(super) fn select_list(dialect: Dialect, columns: &[(&str, Kind)], rel: &str,
     out
 }
 
+/// [`select_list`] for PostgreSQL with [`PgColumns::Native`]: each column as it is (a text
+/// array still as JSON text, which [`decode`] reads), named `prefix` + column.
+pub(super) fn native_select_list(columns: &[(&str, Kind)], rel: &str, prefix: &str) -> String {
+    let mut out = String::with_capacity(columns.len() * 32);
+    for (i, (name, kind)) in columns.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        if *kind == Kind::TextArray {
+            out.push_str("to_json(");
+            push_column(&mut out, rel, name);
+            out.push_str(")::text");
+        } else {
+            push_column(&mut out, rel, name);
+        }
+        if !(rel.is_empty() && prefix.is_empty() && *kind != Kind::TextArray) {
+            out.push_str(" AS ");
+            out.push_str(prefix);
+            out.push_str(name);
+        }
+    }
+    out
+}
+
 /// Whether PostgreSQL's `uuid` input accepts `s` (its `string_to_uuid`: optional braces, 32
 /// hex digits, an optional `-` after any group of four but the last).
 pub(super) fn pg_uuid_ok(s: &str) -> bool {

@@ -6,16 +6,23 @@ pub(super) fn pg_now_col() -> String {
     pg_iso("clk.now") + " AS now"
 }
 
-/// The select list of a written run (`upd`), the same in every run write: rendered once.
-fn updated_run_columns() -> &'static str {
-    static COLUMNS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    COLUMNS.get_or_init(|| select_list(Dialect::Postgres, &RUN_COLUMNS, "upd", ""))
+/// The select list of a written run (`upd`), the same in every run write: rendered once for
+/// each kind of driver.
+fn updated_run_columns(columns: PgColumns) -> &'static str {
+    use std::sync::OnceLock;
+    static TEXT: OnceLock<String> = OnceLock::new();
+    static NATIVE: OnceLock<String> = OnceLock::new();
+    match columns {
+        PgColumns::Text => TEXT.get_or_init(|| select_list(Dialect::Postgres, &RUN_COLUMNS, "upd", "")),
+        PgColumns::Native => NATIVE.get_or_init(|| native_select_list(&RUN_COLUMNS, "upd", "")),
+    }
 }
 
-pub(super) fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
+pub(super) fn render_pg(req: &StoreRequest, columns: PgColumns) -> Result<Statement, HeartError> {
     let d = Dialect::Postgres;
     let mut b = Builder::new(d);
-    let now = pg_now_col();
+    let native = columns == PgColumns::Native;
+    let now = if native { "clk.now AS now".to_owned() } else { pg_now_col() };
     let runs = |rel: &str, prefix: &str| select_list(d, &RUN_COLUMNS, rel, prefix);
     let intents = |rel: &str| select_list(d, &INTENT_COLUMNS, rel, "");
     let instances = |rel: &str| select_list(d, &INSTANCE_COLUMNS, rel, "");
@@ -31,10 +38,10 @@ pub(super) fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
             let when = cond(&mut b, when)?;
             // Without `want_after`, only whether the write hit: the id, no row to format here
             // or decode there.
-            let (returning, selected) = if *want_after {
-                ("agent_runs.*", updated_run_columns())
-            } else {
-                ("agent_runs.id", "upd.id::text AS id")
+            let (returning, selected) = match (*want_after, native) {
+                (true, _) => ("agent_runs.*", updated_run_columns(columns)),
+                (false, false) => ("agent_runs.id", "upd.id::text AS id"),
+                (false, true) => ("agent_runs.id", "upd.id AS id"),
             };
             [
                 PG_CLOCK,
@@ -70,10 +77,14 @@ pub(super) fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
             // from the row after (fewer columns to format here and to decode there).
             let assigned: Vec<(&str, Kind)> =
                 RUN_COLUMNS.iter().filter(|(name, _)| set.iter().any(|(c, _)| c.name() == *name)).copied().collect();
-            let mut before = "prev.id::text AS b_id".to_owned();
+            let mut before = if native { "prev.id AS b_id" } else { "prev.id::text AS b_id" }.to_owned();
             if !assigned.is_empty() {
                 before.push_str(", ");
-                before.push_str(&select_list(d, &assigned, "prev", "b_"));
+                before.push_str(&if native {
+                    native_select_list(&assigned, "prev", "b_")
+                } else {
+                    select_list(d, &assigned, "prev", "b_")
+                });
             }
             let id = b.uuid_eq("agent_runs.id", run_id);
             let set = set_list(&mut b, set)?;
@@ -91,7 +102,7 @@ pub(super) fn render_pg(req: &StoreRequest) -> Result<Statement, HeartError> {
                 ", ",
                 &before,
                 ", ",
-                updated_run_columns(),
+                updated_run_columns(columns),
                 " FROM clk LEFT JOIN prev ON TRUE LEFT JOIN upd ON TRUE",
             ]
             .concat()

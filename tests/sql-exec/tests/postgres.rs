@@ -24,8 +24,11 @@ use common::{
 };
 use heart_fleet_core::model::{InstanceRow, RunRow, RunStatus};
 use heart_fleet_core::request::{Cond, Expr, NewIntent, NewRun, RunCol, StoreReply, StoreRequest, Val};
-use heart_fleet_core::sql::{Dialect, SqlParam, SqlRow, SqlValue, Statement, decode, migrations, render};
+use heart_fleet_core::sql::{
+    Dialect, PgColumns, SqlParam, SqlRow, SqlValue, Statement, decode, migrations, render, render_pg_for,
+};
 use heart_fleet_core::time::Timestamp;
+use heart_fleet_stores::pg::sql_rows;
 use postgres::types::{ToSql, Type};
 use postgres::{Client, NoTls};
 
@@ -35,6 +38,10 @@ struct Pg {
     client: Client,
     schema: String,
     owner: bool,
+    /// How statements select their columns: as text for every driver ([`render`]), or in
+    /// their own types for one that reads them in binary and converts them, as `PgStore`
+    /// does (`sql_rows`).
+    columns: PgColumns,
 }
 
 fn database_url() -> Option<String> {
@@ -64,18 +71,21 @@ impl Pg {
                 client.batch_execute(&format!("BEGIN; {sql}\n; COMMIT;")).unwrap_or_else(|e| panic!("{name}: {e}"));
             }
         }
-        Some(Pg { client, schema, owner: true })
+        Some(Pg { client, schema, owner: true, columns: PgColumns::Text })
     }
 
     /// Another connection to the same schema.
     fn second(&self) -> Pg {
         let mut client = Client::connect(&database_url().unwrap(), NoTls).unwrap();
         client.batch_execute(&format!("SET search_path TO {}", self.schema)).unwrap();
-        Pg { client, schema: self.schema.clone(), owner: false }
+        Pg { client, schema: self.schema.clone(), owner: false, columns: self.columns }
     }
 
     fn query(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Vec<SqlRow> {
         let rows = self.client.query(sql, params).unwrap_or_else(|e| panic!("{e:?}\n{sql}"));
+        if self.columns == PgColumns::Native {
+            return sql_rows(&rows).unwrap_or_else(|e| panic!("{e}\n{sql}"));
+        }
         rows.iter()
             .map(|row| {
                 row.columns()
@@ -116,6 +126,9 @@ impl Drop for Pg {
 impl Db for Pg {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
+    }
+    fn render(&self, req: &StoreRequest) -> Vec<Statement> {
+        vec![render_pg_for(req, self.columns).unwrap_or_else(|e| panic!("render {req:?}: {e}"))]
     }
     fn begin(&mut self) {
         self.client.batch_execute("BEGIN").unwrap();
@@ -208,6 +221,57 @@ fn run_writes_agree_with_the_evaluator() {
     let (world, rows, _, base) = seeded(&mut db);
     let cases = check_run_writes(&mut db, &rows, &world, base, false);
     eprintln!("postgres: {cases} run-write cases ({} rows)", rows.len());
+}
+
+/// The run writes again with their columns selected in their own types and converted by
+/// `PgStore`'s reader: every answer (rows before and after, timestamps to the millisecond)
+/// equals the evaluator's, as the text statements' do.
+#[test]
+fn run_writes_with_native_columns_agree_with_the_evaluator() {
+    let Some(mut db) = Pg::connect() else { return };
+    let (world, rows, _, base) = seeded(&mut db);
+    db.columns = PgColumns::Native;
+    let cases = check_run_writes(&mut db, &rows, &world, base, false);
+    eprintln!("postgres, native columns: {cases} run-write cases ({} rows)", rows.len());
+}
+
+/// A `timestamptz`, `uuid` or `jsonb` column read in its own type (binary) becomes the text
+/// the text statements select for it: for instants with microseconds, before 2000 and before
+/// 1970 (where PostgreSQL's and Unix's epochs count negative), the milliseconds truncated as
+/// `to_char` truncates them.
+#[test]
+fn native_columns_read_as_the_text_statements_format_them() {
+    let Some(mut db) = Pg::connect() else { return };
+    let sql = "SELECT v.ts AS native, to_char(v.ts AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS text, \
+               v.id AS native_id, v.id::text AS text_id, v.doc AS native_doc, v.doc::text AS text_doc \
+               FROM (VALUES \
+                 ('2026-07-30 00:00:01.123999+00'::timestamptz, '0b3f5c1e-9d2a-4c1b-8e7f-1234567890ab'::uuid, \
+                  '{\"b\": [1, 2.5], \"a\": \"ü\"}'::jsonb), \
+                 ('1999-12-31 23:59:59.999999+00', 'ffffffff-0000-4000-8000-00000000000f', 'null'), \
+                 ('1969-07-20 20:17:40.000001+00', '00000000-0000-0000-0000-000000000000', '[]'), \
+                 ('1900-01-01 00:00:00.0005+00', '12345678-9abc-def0-1234-56789abcdef0', '\"x\"'), \
+                 ('9999-12-31 23:59:59.999999+00', '0b3f5c1e-9d2a-4c1b-8e7f-1234567890ab', '1e3'), \
+                 ('2000-01-01 00:00:00+00', '0b3f5c1e-9d2a-4c1b-8e7f-1234567890ab', '{}') \
+               ) AS v(ts, id, doc)";
+    let rows = db.client.query(sql, &[]).unwrap();
+    let rows = sql_rows(&rows).unwrap();
+    assert_eq!(rows.len(), 6);
+    for row in &rows {
+        let [native, text, native_id, text_id, native_doc, text_doc] = row.as_slice() else { panic!("{row:?}") };
+        assert_eq!(native.1, text.1, "{row:?}");
+        assert_eq!(native_id.1, text_id.1, "{row:?}");
+        assert_eq!(native_doc.1, text_doc.1, "{row:?}");
+    }
+    // Infinity and instants past year 9999 are no `toISOString()` text: the decoder refuses them.
+    let rows = db
+        .client
+        .query("SELECT 'infinity'::timestamptz AS a, '10000-01-01 00:00:00+00'::timestamptz AS b", &[])
+        .unwrap();
+    let rows = sql_rows(&rows).unwrap();
+    for (name, value) in &rows[0] {
+        let SqlValue::Text(t) = value else { panic!("{name}: {value:?}") };
+        assert!(Timestamp::parse_iso(t).is_err(), "{name}: {t}");
+    }
 }
 
 #[test]

@@ -18,6 +18,10 @@ use serde_json::json;
 /// The little a test needs from a database connection.
 pub trait Db {
     fn dialect(&self) -> Dialect;
+    /// The statements of `req` as this database's driver runs them.
+    fn render(&self, req: &StoreRequest) -> Vec<Statement> {
+        render(req, self.dialect()).unwrap_or_else(|e| panic!("render {req:?}: {e}"))
+    }
     fn begin(&mut self);
     fn commit(&mut self);
     fn rollback(&mut self);
@@ -57,7 +61,7 @@ pub trait Db {
 
 /// Renders, executes in its own transaction, commits and decodes.
 pub fn ask<D: Db + ?Sized>(db: &mut D, req: &StoreRequest, now: Option<Timestamp>) -> StoreAnswer {
-    let stmts = render(req, db.dialect()).unwrap_or_else(|e| panic!("render {req:?}: {e}"));
+    let stmts = db.render(req);
     db.begin();
     let rows = db.run(&stmts, now);
     db.commit();
@@ -75,7 +79,7 @@ pub fn probe<D: Db + ?Sized, T>(
     now: Option<Timestamp>,
     inspect: impl FnOnce(&mut D, Timestamp) -> T,
 ) -> (StoreAnswer, T) {
-    let stmts = render(req, db.dialect()).unwrap_or_else(|e| panic!("render {req:?}: {e}"));
+    let stmts = db.render(req);
     db.begin();
     let rows = db.run(&stmts, now);
     let answer = decode(req, db.dialect(), rows).unwrap_or_else(|e| panic!("decode {req:?}: {e}"));
@@ -86,7 +90,7 @@ pub fn probe<D: Db + ?Sized, T>(
 
 /// Runs a request inside the caller's open transaction.
 pub fn ask_in_tx<D: Db + ?Sized>(db: &mut D, req: &StoreRequest, now: Timestamp) -> StoreAnswer {
-    let stmts = render(req, db.dialect()).unwrap();
+    let stmts = db.render(req);
     let fixed = (db.dialect() == Dialect::Sqlite).then_some(now);
     let rows = db.run(&stmts, fixed);
     decode(req, db.dialect(), rows).unwrap()
