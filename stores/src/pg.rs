@@ -624,7 +624,8 @@ impl<'a> FromSql<'a> for Binary<'a> {
     }
 }
 
-/// Microseconds from PostgreSQL's epoch (2000-01-01) to the Unix epoch's, in milliseconds.
+/// PostgreSQL's epoch (2000-01-01T00:00:00Z), in milliseconds after the Unix epoch: a
+/// `timestamptz` counts microseconds from it.
 const PG_EPOCH_MS: i64 = 946_684_800_000;
 
 /// The text the core's decoder reads for a column that a [`sql::PgColumns::Native`] statement
