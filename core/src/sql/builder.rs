@@ -224,31 +224,45 @@ fn push_column(out: &mut String, rel: &str, name: &str) {
 }
 
 /// The select list of a table's columns read from relation `rel`, each named `prefix` + column.
+pub(super) fn select_list(dialect: Dialect, columns: &[(&str, Kind)], rel: &str, prefix: &str) -> String {
+    write_select_list(dialect, PgColumns::Text, columns, rel, prefix)
+}
+
+/// [`select_list`] for a PostgreSQL driver that returns columns as `form` says
+/// ([`PgColumns::Native`]: each column as it is, a text array still as JSON text).
 ///
-/// Written into one string, piece by piece: an operation's statement renders this list for
+/// Written into one string, piece by piece: an operation's statement renders a select list for
 /// every request (18 columns for a run), and formatting each column into a string of its own
 /// was the largest part of rendering a statement.
-pub(super) fn select_list(dialect: Dialect, columns: &[(&str, Kind)], rel: &str, prefix: &str) -> String {
+pub(super) fn write_select_list(
+    dialect: Dialect,
+    form: PgColumns,
+    columns: &[(&str, Kind)],
+    rel: &str,
+    prefix: &str,
+) -> String {
     let mut out = String::with_capacity(columns.len() * 64);
     for (i, (name, kind)) in columns.iter().enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
-        let bare = match (dialect, kind) {
-            (Dialect::Sqlite, _) | (Dialect::Postgres, Kind::Text | Kind::Label | Kind::Int) => {
+        let bare = match (dialect, form, kind) {
+            (Dialect::Sqlite, ..)
+            | (Dialect::Postgres, _, Kind::Text | Kind::Label | Kind::Int)
+            | (Dialect::Postgres, PgColumns::Native, Kind::Uuid | Kind::Json | Kind::Time) => {
                 push_column(&mut out, rel, name);
                 rel.is_empty()
             }
-            (Dialect::Postgres, Kind::Uuid | Kind::Json) => {
+            (Dialect::Postgres, PgColumns::Text, Kind::Uuid | Kind::Json) => {
                 push_column(&mut out, rel, name);
                 out.push_str("::text");
                 false
             }
-            (Dialect::Postgres, Kind::Time) => {
+            (Dialect::Postgres, PgColumns::Text, Kind::Time) => {
                 push_pg_iso(&mut out, rel, name);
                 false
             }
-            (Dialect::Postgres, Kind::TextArray) => {
+            (Dialect::Postgres, _, Kind::TextArray) => {
                 out.push_str("to_json(");
                 push_column(&mut out, rel, name);
                 out.push_str(")::text");
@@ -256,30 +270,6 @@ pub(super) fn select_list(dialect: Dialect, columns: &[(&str, Kind)], rel: &str,
             }
         };
         if !(bare && prefix.is_empty()) {
-            out.push_str(" AS ");
-            out.push_str(prefix);
-            out.push_str(name);
-        }
-    }
-    out
-}
-
-/// [`select_list`] for PostgreSQL with [`PgColumns::Native`]: each column as it is (a text
-/// array still as JSON text, which [`decode`] reads), named `prefix` + column.
-pub(super) fn native_select_list(columns: &[(&str, Kind)], rel: &str, prefix: &str) -> String {
-    let mut out = String::with_capacity(columns.len() * 32);
-    for (i, (name, kind)) in columns.iter().enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        if *kind == Kind::TextArray {
-            out.push_str("to_json(");
-            push_column(&mut out, rel, name);
-            out.push_str(")::text");
-        } else {
-            push_column(&mut out, rel, name);
-        }
-        if !(rel.is_empty() && prefix.is_empty() && *kind != Kind::TextArray) {
             out.push_str(" AS ");
             out.push_str(prefix);
             out.push_str(name);

@@ -86,7 +86,7 @@ impl<'a> Cells<'a> {
     }
 
     pub(super) fn text(&self, name: &str) -> Result<String, HeartError> {
-        self.opt_text(name)?.ok_or_else(|| protocol(format!("column {name} is null")))
+        self.str(name).map(str::to_owned)
     }
 
     pub(super) fn opt_int(&self, name: &str) -> Result<Option<i64>, HeartError> {

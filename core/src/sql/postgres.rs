@@ -6,6 +6,11 @@ pub(super) fn pg_now_col() -> String {
     pg_iso("clk.now") + " AS now"
 }
 
+/// [`select_list`] of run columns for a driver that returns them as `columns` says.
+fn run_select(columns: PgColumns, wanted: &[(&str, Kind)], rel: &str, prefix: &str) -> String {
+    write_select_list(Dialect::Postgres, columns, wanted, rel, prefix)
+}
+
 /// The select list of a written run (`upd`), the same in every run write: rendered once for
 /// each kind of driver.
 fn updated_run_columns(columns: PgColumns) -> &'static str {
@@ -13,16 +18,15 @@ fn updated_run_columns(columns: PgColumns) -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
     static NATIVE: OnceLock<String> = OnceLock::new();
     match columns {
-        PgColumns::Text => TEXT.get_or_init(|| select_list(Dialect::Postgres, &RUN_COLUMNS, "upd", "")),
-        PgColumns::Native => NATIVE.get_or_init(|| native_select_list(&RUN_COLUMNS, "upd", "")),
+        PgColumns::Text => TEXT.get_or_init(|| run_select(columns, &RUN_COLUMNS, "upd", "")),
+        PgColumns::Native => NATIVE.get_or_init(|| run_select(columns, &RUN_COLUMNS, "upd", "")),
     }
 }
 
 pub(super) fn render_pg(req: &StoreRequest, columns: PgColumns) -> Result<Statement, HeartError> {
     let d = Dialect::Postgres;
     let mut b = Builder::new(d);
-    let native = columns == PgColumns::Native;
-    let now = if native { "clk.now AS now".to_owned() } else { pg_now_col() };
+    let now = if columns == PgColumns::Native { "clk.now AS now".to_owned() } else { pg_now_col() };
     let runs = |rel: &str, prefix: &str| select_list(d, &RUN_COLUMNS, rel, prefix);
     let intents = |rel: &str| select_list(d, &INTENT_COLUMNS, rel, "");
     let instances = |rel: &str| select_list(d, &INSTANCE_COLUMNS, rel, "");
@@ -38,10 +42,12 @@ pub(super) fn render_pg(req: &StoreRequest, columns: PgColumns) -> Result<Statem
             let when = cond(&mut b, when)?;
             // Without `want_after`, only whether the write hit: the id, no row to format here
             // or decode there.
-            let (returning, selected) = match (*want_after, native) {
-                (true, _) => ("agent_runs.*", updated_run_columns(columns)),
-                (false, false) => ("agent_runs.id", "upd.id::text AS id"),
-                (false, true) => ("agent_runs.id", "upd.id AS id"),
+            let id_only;
+            let (returning, selected) = if *want_after {
+                ("agent_runs.*", updated_run_columns(columns))
+            } else {
+                id_only = run_select(columns, &RUN_COLUMNS[..1], "upd", "");
+                ("agent_runs.id", id_only.as_str())
             };
             [
                 PG_CLOCK,
@@ -75,17 +81,12 @@ pub(super) fn render_pg(req: &StoreRequest, columns: PgColumns) -> Result<Statem
             // Of that row only the id and the columns the write assigns are selected: every
             // other column is the same before and after the write, and `decode_pg` takes it
             // from the row after (fewer columns to format here and to decode there).
-            let assigned: Vec<(&str, Kind)> =
-                RUN_COLUMNS.iter().filter(|(name, _)| set.iter().any(|(c, _)| c.name() == *name)).copied().collect();
-            let mut before = if native { "prev.id AS b_id" } else { "prev.id::text AS b_id" }.to_owned();
-            if !assigned.is_empty() {
-                before.push_str(", ");
-                before.push_str(&if native {
-                    native_select_list(&assigned, "prev", "b_")
-                } else {
-                    select_list(d, &assigned, "prev", "b_")
-                });
-            }
+            let wanted: Vec<(&str, Kind)> = RUN_COLUMNS
+                .iter()
+                .filter(|(name, _)| *name == "id" || set.iter().any(|(c, _)| c.name() == *name))
+                .copied()
+                .collect();
+            let before = run_select(columns, &wanted, "prev", "b_");
             let id = b.uuid_eq("agent_runs.id", run_id);
             let set = set_list(&mut b, set)?;
             let when = cond(&mut b, when)?;
