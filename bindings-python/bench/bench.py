@@ -3,7 +3,8 @@
 1. the acquire -> verify -> release cycle (3 receipts, each handed to a sink that drops it)
    on a resource run released back to ``ready``: over the Rust MemoryLeaseStore (driven
    inside Rust) through the blocking and the asyncio API, and over pure-Python store objects
-   forwarding to a memory store (blocking ``execute_json``, asyncio ``execute_json``);
+   forwarding to a memory store: ``execute`` handing each ``StoreRequest`` on as it is
+   (blocking and asyncio), and ``execute_json`` handing on its text (blocking and asyncio);
 2. digest of small, medium and large values: ``heart_fleet.digest`` (the reference's
    canonical JSON) against ``hashlib.sha256(json.dumps(v, sort_keys=True))`` (a plain
    sorted-keys digest, not byte-compatible with the reference, as a floor).
@@ -112,6 +113,24 @@ def bare(heart: hf.HeartFleet, run_id: str) -> Callable[[int], None]:
     return go
 
 
+class SyncTyped:
+    """A store object with ``execute``: each StoreRequest forwarded as it is."""
+
+    def __init__(self, memory: hf.MemoryLeaseStore) -> None:
+        self.memory = memory
+
+    def execute(self, request: hf.StoreRequest) -> hf.StoreAnswer:
+        return self.memory.execute(request)
+
+
+class AsyncTyped:
+    def __init__(self, memory: hf.MemoryLeaseStore) -> None:
+        self.memory = memory
+
+    async def execute(self, request: hf.StoreRequest) -> hf.StoreAnswer:
+        return self.memory.execute(request)
+
+
 class SyncText:
     def __init__(self, memory: hf.MemoryLeaseStore) -> None:
         self.memory = memory
@@ -157,6 +176,10 @@ def main() -> None:
     rows.append(("cycle, bare native calls (NativeFleet.begin x3, JSON text, no Python API layer)", *measure(bare(heart, rid), s)))
     heart, rid = fleet(hf.MemoryLeaseStore(T0))
     rows.append(("cycle, MemoryLeaseStore (Rust), asyncio API", *measure(async_cycle(heart, rid), s)))
+    heart, rid = fleet(SyncTyped(hf.MemoryLeaseStore(T0)))
+    rows.append(("cycle, Python store object (blocking execute), blocking API", *measure(sync_cycle(heart, rid), s)))
+    heart, rid = fleet(AsyncTyped(hf.MemoryLeaseStore(T0)))
+    rows.append(("cycle, Python store object (async execute), asyncio API", *measure(async_cycle(heart, rid), s)))
     heart, rid = fleet(SyncText(hf.MemoryLeaseStore(T0)))
     rows.append(("cycle, Python store object (blocking execute_json), blocking API", *measure(sync_cycle(heart, rid), s)))
     heart, rid = fleet(AsyncText(hf.MemoryLeaseStore(T0)))

@@ -22,23 +22,30 @@
 //!   canonical JSON, receipt verification, and SQL rendering/decoding for the SQL stores
 //!   written in Python (`sqlite3`, psycopg).
 //!
-//! Apart from the records, what crosses the boundary is JSON text, a `str`, an `int` or a
-//! `bool`. Failures are raised as the package's exception class for the core's stable code
+//! * The store contract's values (the `store` module): `StoreRequest`, what a store
+//!   object's `execute` is handed (the core's request, taken out of the waiting
+//!   operation), and `StoreAnswer`, what the memory store's `execute` answers; an operation
+//!   resumes with a `StoreAnswer` as it is, so a store that forwards costs no JSON.
+//!
+//! Apart from the records and the store values, what crosses the boundary is JSON text, a
+//! `str`, an `int` or a `bool`. Failures are raised as the package's exception class for the core's stable code
 //! (`heart_fleet.errors.error_for_code`); nothing here panics. Every class is `Send + Sync`
 //! (a mutex around the bridge value), so a heartbeat thread may use a fleet.
 
 mod records;
+mod store;
 
 use std::borrow::Cow;
 use std::sync::{Mutex, MutexGuard};
 
 use heart_fleet_core::bridge::{self, TypedOutcome};
 use heart_fleet_core::{ErrorCode, HeartError};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString};
 
 use records::{AcquireResult, FencedCore, FencedOutcome, FencingToken, HeartReceipt};
+use store::{StoreAnswer, StoreRequest};
 
 /// A core error as the Python exception of its code.
 fn py_err(e: HeartError) -> PyErr {
@@ -399,6 +406,18 @@ impl NativeOp {
         self.resume(py, |op| op.resume_store(answer))
     }
 
+    /// The store request of the current need as a `StoreRequest`, what a store object's
+    /// `execute` is handed: taken out of the operation (`None` when the need is not a store
+    /// request, or it was taken).
+    fn take_store_request(&self) -> PyResult<Option<StoreRequest>> {
+        Ok(locked(&self.inner)?.take_store_request().map(StoreRequest::from_core))
+    }
+
+    /// The store's answer as a Rust store gave it (a `StoreAnswer`).
+    fn resume_store_answer(&self, py: Python<'_>, answer: &StoreAnswer) -> PyResult<String> {
+        self.resume(py, |op| op.resume_store_answer(answer.core.clone()))
+    }
+
     /// The store failed: the operation ends with `store-unavailable`.
     fn resume_store_error(&self, py: Python<'_>, message: &str) -> PyResult<String> {
         self.resume(py, |op| op.resume_store_error(message))
@@ -436,12 +455,18 @@ impl NativeOp {
 
     /// The result of a finished operation started by one of the fleet's `start_*` methods, as
     /// the package's record (`AcquireResult`, `FencedOutcome`) or a `bool`. Taken once; an
-    /// operation that ended in an error has none (its final step has the error).
+    /// operation that ended in an error raises it (the exception of its code).
     fn result(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         use bridge::KeptResult;
-        let kept = locked(&self.inner)?.take_result();
+        let (kept, failure) = {
+            let mut op = locked(&self.inner)?;
+            (op.take_result(), op.failure())
+        };
         let Some(kept) = kept else {
-            return Err(coded(ErrorCode::InvalidState, "the operation has no result: not finished, failed, or taken"));
+            return Err(failure.map_or_else(
+                || coded(ErrorCode::InvalidState, "the operation has no result: not finished, or taken"),
+                py_err,
+            ));
         };
         Ok(match kept {
             KeptResult::Acquired(r) => Py::new(py, AcquireResult::from_core(py, r)?)?.into_any(),
@@ -457,26 +482,58 @@ impl NativeOp {
         self.resume(py, |op| op.resume_store_failure(code, message))
     }
 
-    /// Answers the operation's store requests with `call(request)` until it is done or needs
-    /// something else, and gives that step (JSON text): the blocking loop for a store object
-    /// with `execute_json`, without a Python frame per step. `call` is the package's: it gives
-    /// `(None, answer_text)`, or `(code, message)` when the store failed or its answer was
-    /// not one (see `resume_store_failure`); what it raises (a `KeyboardInterrupt`, say)
-    /// propagates and leaves the operation where it was. The operation's lock is not held
-    /// while `call` runs.
-    fn drive_store(&self, py: Python<'_>, call: &Bound<'_, PyAny>) -> PyResult<String> {
+    /// Answers the operation's store requests with `method(request)` until it is done or
+    /// needs something else, and gives that step (JSON text): the blocking loop for a store
+    /// object, without a Python frame per step. With `typed`, `request` is a `StoreRequest`
+    /// (a store with `execute`), else its JSON text (`execute_json`). An answer that is a
+    /// `StoreAnswer` or text resumes the operation as it is; for anything else, or an
+    /// `Exception` raised, `settle(method, outcome, raised)` (the package's) says what the
+    /// operation is resumed with: `(None, answer text)`, or `(code, message)` when the store
+    /// failed or its answer was not one (see `resume_store_failure`). What is not an
+    /// `Exception` (a `KeyboardInterrupt`, say) propagates and leaves the operation where it
+    /// was. The operation's lock is not held while `method` runs.
+    fn drive_store(
+        &self,
+        py: Python<'_>,
+        method: &Bound<'_, PyAny>,
+        settle: &Bound<'_, PyAny>,
+        typed: bool,
+    ) -> PyResult<String> {
         loop {
             let request = {
-                let op = locked(&self.inner)?;
-                if op.is_done() || op.request().is_empty() {
+                let mut op = locked(&self.inner)?;
+                if op.is_done() || op.store_request().is_none() {
                     return Ok(op.need().to_owned());
                 }
-                op.request().to_owned()
+                if !typed {
+                    PyString::new(py, op.request()).into_any()
+                } else if let Some(taken) = op.take_store_request() {
+                    Bound::new(py, StoreRequest::from_core(taken))?.into_any()
+                } else {
+                    return Ok(op.need().to_owned());
+                }
             };
-            let (failure, text): (Option<String>, String) = call.call1((request,))?.extract()?;
+            let settled = match method.call1((request,)) {
+                Ok(answer) => {
+                    if let Ok(typed) = answer.cast::<StoreAnswer>() {
+                        let core = typed.get().core.clone();
+                        self.resume(py, |op| op.resume_store_answer(core))?;
+                        continue;
+                    }
+                    if let Ok(text) = answer.cast::<PyString>() {
+                        let text = text.to_str()?;
+                        self.resume(py, |op| op.resume_store(text))?;
+                        continue;
+                    }
+                    settle.call1((method, answer, false))?
+                }
+                Err(e) if e.is_instance_of::<PyException>(py) => settle.call1((method, e.value(py), true))?,
+                Err(e) => return Err(e),
+            };
+            let (failure, answer): (Option<String>, String) = settled.extract()?;
             self.resume(py, |op| match &failure {
-                None => op.resume_store(&text),
-                Some(code) => op.resume_store_failure(code, &text),
+                None => op.resume_store(&answer),
+                Some(code) => op.resume_store_failure(code, &answer),
             })?;
         }
     }
@@ -541,6 +598,11 @@ impl NativeMemoryStore {
     /// Lets `after` requests named `request` through, then fails the next `times`.
     fn fail_after(&self, request: &str, after: u32, times: u32) -> PyResult<()> {
         self.inner.fail_after(request, after, times).map_err(py_err)
+    }
+
+    /// Executes one `StoreRequest` as it is and returns its `StoreAnswer`, without JSON.
+    fn execute(&self, request: &StoreRequest) -> PyResult<StoreAnswer> {
+        self.inner.execute(&request.core).map(StoreAnswer::from_core).map_err(py_err)
     }
 
     /// Executes one StoreRequest (JSON text) and returns the StoreAnswer (JSON text).
@@ -893,6 +955,7 @@ impl NativeReceiptAppender {
 #[pyo3(name = "_native")]
 fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     records::add(m)?;
+    store::add(m)?;
     m.add_class::<NativeFleet>()?;
     m.add_class::<NativeOp>()?;
     m.add_class::<NativeMemoryStore>()?;

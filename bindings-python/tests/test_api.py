@@ -359,6 +359,93 @@ def test_a_store_failure_is_store_unavailable_and_changes_nothing(memory: hf.Mem
     assert heart.acquire("r1", "w", 60).acquired
 
 
+class Recording:
+    """A blocking store object that keeps what its ``execute`` is handed and forwards it."""
+
+    def __init__(self, memory: hf.MemoryLeaseStore, as_dict: bool = False) -> None:
+        self.memory = memory
+        self.as_dict = as_dict
+        self.requests: list[Any] = []
+
+    def execute(self, request: hf.StoreRequest) -> Any:
+        self.requests.append(request)
+        return self.memory.execute(request.to_dict() if self.as_dict else request)
+
+
+def test_a_store_objects_execute_is_handed_a_store_request_that_reads_as_its_json_shape(memory: hf.MemoryLeaseStore) -> None:
+    from collections.abc import Mapping
+
+    store = Recording(memory)
+    heart = hf.HeartFleet(store)
+    a = heart.acquire("r1", "worker-A", 60)
+    assert a.acquired and heart.verify_fence(a.fence) and heart.release(a.fence) is not None
+    assert len(store.requests) == 3
+    request = store.requests[0]
+    assert type(request) is hf.StoreRequest and isinstance(request, Mapping)
+    shape = json.loads(request.to_json())
+    assert request.to_dict() == shape and dict(request) == shape and request == shape
+    assert list(request) == list(shape) and len(request) == len(shape)  # the text's key order
+    assert request["op"] == request.op == "update_run" and request["run_id"] == "r1"
+    assert request.get("nope") is None and request.get("nope", 7) == 7 and "when" in request
+    assert request != store.requests[1] and request != {"op": "update_run"}
+    assert "StoreRequest(" in repr(request) and '"op":"update_run"' in repr(request)
+    with pytest.raises(KeyError):
+        request["nope"]
+    with pytest.raises(TypeError):
+        request["op"] = "drop_table"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        hf.StoreRequest()  # type: ignore[call-arg]
+    # to_dict() gives a new dict each time: changing one changes nothing else.
+    mine = request.to_dict()
+    mine["op"] = "changed"
+    assert request["op"] == "update_run" and request.to_dict()["op"] == "update_run"
+
+
+def test_the_memory_stores_typed_answer_equals_its_json_answer() -> None:
+    def fresh() -> hf.MemoryLeaseStore:
+        m = hf.MemoryLeaseStore(T0)
+        m.insert({"id": "r1"})
+        return m
+
+    typed, by_dict = fresh(), fresh()
+    recorded = Recording(typed)
+    heart = hf.HeartFleet(recorded)
+    a = heart.acquire("r1", "w", 60)
+    heart.release(a.fence)
+    replay = fresh()
+    for request in recorded.requests:
+        answer = replay.execute(request)
+        assert type(answer) is hf.StoreAnswer
+        assert answer == by_dict.execute(request.to_dict()) == json.loads(answer.to_json())
+        assert answer["reply"]["kind"] in ("run_write", "run_hit") and answer["now"] == T0
+    assert snapshot(replay) == snapshot(typed) == snapshot(by_dict)
+
+
+def test_a_store_may_answer_a_store_request_in_the_json_shape(memory: hf.MemoryLeaseStore) -> None:
+    store = Recording(memory, as_dict=True)
+    heart = hf.HeartFleet(store)
+    a = heart.acquire("r1", "w", 60)
+    assert a.acquired and heart.verify_fence(a.fence)
+    assert heart.release(a.fence) is not None
+    row = memory.get_run("r1")
+    assert row is not None and row.status not in ("leased", "running") and row.lease_owner is None
+
+
+async def test_an_asyncio_store_object_is_handed_store_requests_too(memory: hf.MemoryLeaseStore) -> None:
+    class AsyncRecording(Recording):
+        async def execute(self, request: hf.StoreRequest) -> Any:  # type: ignore[override]
+            await asyncio.sleep(0)
+            return Recording.execute(self, request)
+
+    store = AsyncRecording(memory)
+    heart = hf.HeartFleet(store)
+    a = await heart.acquire_async("r1", "w", 60)
+    assert a.acquired and await heart.verify_fence_async(a.fence)
+    assert await heart.release_async(a.fence) is not None
+    assert [r.op for r in store.requests] == ["update_run"] * 3
+    assert all(type(r) is hf.StoreRequest for r in store.requests)
+
+
 def test_a_store_that_answers_nonsense_is_store_protocol() -> None:
     class Liar:
         def execute(self, request: dict[str, Any]) -> Any:

@@ -181,6 +181,33 @@ def test_an_asyncio_store_that_never_answers_fails_at_store_timeout() -> None:
             hf.HeartFleet(store, store_timeout=bad)  # type: ignore[arg-type]
 
 
+def test_the_store_timeout_counts_from_the_call_not_from_the_stores_first_suspension() -> None:
+    import time
+
+    class BusyThenSilent:
+        def __init__(self) -> None:
+            self.memory = hf.MemoryLeaseStore(T0)
+            self.memory.insert({"id": "r1"})
+
+        async def execute(self, request: hf.StoreRequest) -> hf.StoreAnswer:
+            time.sleep(0.4)  # holds the loop before its first suspension
+            await asyncio.Event().wait()  # then never answers
+            return self.memory.execute(request)
+
+    heart = hf.HeartFleet(BusyThenSilent(), store_timeout=0.3)
+
+    async def go() -> float:
+        started = time.monotonic()
+        with pytest.raises(hf.StoreUnavailableError, match="no answer within 0.3 s"):
+            await heart.acquire_async("r1", "w", 60)
+        return time.monotonic() - started
+
+    elapsed = asyncio.run(go())
+    # The deadline passed while the store held the loop: it fires at the first suspension
+    # (0.4 s), not 0.3 s after it (0.7 s).
+    assert 0.4 <= elapsed < 0.62, elapsed
+
+
 class CommitsWhenCancelled:
     """An asyncio store that answers nothing until cancelled, then makes its write and says
     so (``CancelledAfterCommit``), as a thread-backed store whose COMMIT had returned does."""

@@ -416,6 +416,18 @@ class Answers:
         return self.answer(self, text)
 
 
+class TypedAnswers(Answers):
+    """:class:`Answers` with ``execute``: handed each :class:`StoreRequest`."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__(answer)
+        self.execute_json = None  # type: ignore[assignment]
+
+    def execute(self, request: hf.StoreRequest) -> Any:
+        self.calls += 1
+        return self.answer(self, request)
+
+
 def _on(store: Answers) -> list[Any]:
     """Every lease-cycle path of the blocking API on ``store``: the typed one and the checked one."""
     heart = hf.HeartFleet(store)
@@ -463,7 +475,7 @@ def test_a_store_answering_nonsense_is_store_protocol_and_its_failure_store_unav
         (lambda self, text: "not json", hf.StoreProtocolError, "not a StoreAnswer"),
         (lambda self, text: (_ for _ in ()).throw(ValueError("the disk is gone")), hf.StoreUnavailableError, "the disk is gone"),
     ):
-        for call in _on(Answers(answer)) + _on_async(AsyncAnswers(answer)):
+        for call in _on(Answers(answer)) + _on(TypedAnswers(answer)) + _on_async(AsyncAnswers(answer)):
             with pytest.raises(error, match=says):
                 call()
 
@@ -474,10 +486,15 @@ def test_a_blocking_store_interrupted_mid_request_propagates_it_and_the_fleet_go
             raise KeyboardInterrupt
         return self.memory.execute_json(text)
 
-    store = Answers(interrupted)
-    heart = hf.HeartFleet(store)
-    with pytest.raises(KeyboardInterrupt):
-        heart.acquire("r1", "w", 60)
-    assert store.memory.get_run("r1").status == "ready", "nothing was written"
-    assert heart.acquire("r1", "w", 60).acquired
-    assert heart.metrics.acquire_wins == 1
+    def typed_interrupted(self: Answers, request: hf.StoreRequest) -> hf.StoreAnswer:
+        if self.calls == 1:
+            raise KeyboardInterrupt
+        return self.memory.execute(request)
+
+    for store in (Answers(interrupted), TypedAnswers(typed_interrupted)):
+        heart = hf.HeartFleet(store)
+        with pytest.raises(KeyboardInterrupt):
+            heart.acquire("r1", "w", 60)
+        assert store.memory.get_run("r1").status == "ready", "nothing was written"
+        assert heart.acquire("r1", "w", 60).acquired
+        assert heart.metrics.acquire_wins == 1

@@ -270,22 +270,47 @@ impl MemoryStore {
         Ok(())
     }
 
+    /// The reply to an `update_run`: whether it hit when the request wants neither row, else
+    /// the rows it asked for.
+    fn update_run_reply(
+        &mut self,
+        run_id: &str,
+        when: &Cond<RunCol>,
+        set: &[Assign<RunCol>],
+        want_before: bool,
+        want_after: bool,
+    ) -> Result<StoreReply, String> {
+        if !want_before && !want_after {
+            return Ok(StoreReply::RunHit { hit: self.write_run(run_id, when, set, false)?.is_some() });
+        }
+        Ok(match self.write_run(run_id, when, set, want_before)? {
+            Some(i) => StoreReply::RunWrite {
+                before: if want_before { self.before.take() } else { None },
+                after: self.runs.get(i).cloned(),
+            },
+            None => StoreReply::RunWrite { before: None, after: None },
+        })
+    }
+
+    /// [`LeaseStore::execute`] of a borrowed request: a run write (the lease cycle's every
+    /// request) is answered without copying the request; any other is copied and executed.
+    pub fn execute_borrowed(&mut self, req: &StoreRequest) -> Result<StoreAnswer, StoreError> {
+        let StoreRequest::UpdateRun { run_id, when, set, want_before, want_after } = req else {
+            return self.execute(req.clone());
+        };
+        self.admit(req)?;
+        let now = self.now;
+        let reply = self.update_run_reply(run_id, when, set, *want_before, *want_after).map_err(store_error)?;
+        Ok(StoreAnswer { now, reply })
+    }
+
     fn answer(&mut self, req: StoreRequest) -> Result<StoreReply, String> {
         let now = self.now;
         Ok(match req {
             StoreRequest::Now => StoreReply::Now,
             StoreRequest::ReadRun { run_id } => StoreReply::Run { run: self.run(&run_id).cloned() },
-            StoreRequest::UpdateRun { run_id, when, set, want_before: false, want_after: false } => {
-                StoreReply::RunHit { hit: self.write_run(&run_id, &when, &set, false)?.is_some() }
-            }
-            StoreRequest::UpdateRun { run_id, when, set, want_before, .. } => {
-                match self.write_run(&run_id, &when, &set, want_before)? {
-                    Some(i) => StoreReply::RunWrite {
-                        before: if want_before { self.before.take() } else { None },
-                        after: self.runs.get(i).cloned(),
-                    },
-                    None => StoreReply::RunWrite { before: None, after: None },
-                }
+            StoreRequest::UpdateRun { run_id, when, set, want_before, want_after } => {
+                self.update_run_reply(&run_id, &when, &set, want_before, want_after)?
             }
             StoreRequest::ScanRuns { when, order, limit } => {
                 let t = self.tables();
@@ -544,6 +569,23 @@ mod tests {
             now: w.now,
             reply: StoreReply::RunWrite { before: w.before.cloned(), after: w.after.cloned() },
         })
+    }
+
+    #[test]
+    fn a_borrowed_request_is_answered_as_execute_answers_it() {
+        let others = [StoreRequest::ReadRun { run_id: "r1".into() }, StoreRequest::Now];
+        for fail in [None, Some("update_run"), Some("*")] {
+            for req in requests().into_iter().chain(others.clone()) {
+                let (mut owned, mut borrowed) = (seeded(), seeded());
+                if let Some(op) = fail {
+                    owned.fail_next(op, 1);
+                    borrowed.fail_next(op, 1);
+                }
+                assert_eq!(borrowed.execute_borrowed(&req), owned.execute(req.clone()), "{req:?}");
+                assert_eq!(borrowed.runs(), owned.runs());
+                assert_eq!(borrowed.request_count(), owned.request_count());
+            }
+        }
     }
 
     #[test]

@@ -95,6 +95,8 @@ from .types import (
     RunError,
     RunRow,
     SendOnceResult,
+    StoreAnswer,
+    StoreRequest,
 )
 
 from . import _check as _checks
@@ -157,7 +159,9 @@ __all__ = [
     "RunRow",
     "SendOnceResult",
     "SqliteLeaseStore",
+    "StoreAnswer",
     "StoreProtocolError",
+    "StoreRequest",
     "StoreUnavailableError",
     "can_acquire",
     "canonical_sha256",

@@ -25,9 +25,11 @@ import asyncio
 import inspect
 import json
 from collections.abc import Callable, Coroutine, Generator
+from types import CoroutineType
 from typing import Any, Concatenate, NamedTuple, ParamSpec, Protocol, TypeVar, overload
 
 from . import _check
+from ._native import StoreAnswer
 from .errors import InvalidTypeError, StoreUnavailableError, error_for_code
 
 _T = TypeVar("_T")
@@ -137,6 +139,8 @@ def message_of(e: BaseException) -> str:
 def _answer_text(ans: Any) -> str:
     if isinstance(ans, str):
         return ans
+    if type(ans) is StoreAnswer:
+        return ans.to_json()
     if isinstance(ans, dict):
         return json.dumps(ans, separators=(",", ":"))
     raise TypeError(f"the store answered {type(ans).__name__}, not a StoreAnswer")
@@ -162,21 +166,19 @@ def _refuse_awaitable(fn: Any, v: Any) -> None:
         )
 
 
-def _blocking_store(method: Callable[[str], Any]) -> Callable[[str], tuple[str | None, str]]:
-    """A blocking store's ``execute_json`` as ``NativeOp.drive_store`` calls it: ``(None,
-    answer)``, or ``(code, why)`` when it failed or answered nonsense, as :func:`run_sync` and
-    :func:`_steps` would hand it to the machine; a failure that is not an ``Exception``
-    propagates."""
-
-    def call(request: str) -> tuple[str | None, str]:
-        try:
-            v = method(request)
-            _refuse_awaitable(method, v)
-        except Exception as e:  # noqa: BLE001 - handed to the machine, which decides
-            return "store-unavailable", message_of(e)
-        return _store_answer(v)
-
-    return call
+def _settle(method: Callable[[Any], Any], outcome: Any, raised: bool) -> tuple[str | None, Any]:
+    """What ``NativeOp.drive_store`` resumes a blocking store's operation with when
+    ``method`` (its ``execute`` or ``execute_json``) raised ``outcome`` (an ``Exception``) or
+    answered something other than a :class:`StoreAnswer` or text: ``(None, answer text)``, or
+    ``(code, why)`` when it failed or answered nonsense, as :func:`run_sync` and
+    :func:`_steps` would hand it to the machine."""
+    if raised:
+        return "store-unavailable", message_of(outcome)
+    try:
+        _refuse_awaitable(method, outcome)
+    except InvalidTypeError as e:
+        return "store-unavailable", message_of(e)
+    return _store_answer(outcome)
 
 
 def start(fleet: Fleetlike, kind: str, args_text: str, counted: Unsettled | None = None) -> Any:
@@ -248,26 +250,17 @@ def _steps(fleet: Fleetlike, op: Any, host: Host | None, held: Held | None, coun
                 raise host_threw
             return step
         if need == "store":
-            request = op.request()
             timeout = getattr(fleet, "_store_timeout", None)
             if held is not None:
                 try:
-                    ok, v = True, (yield from held.execute(request, timeout))
+                    ok, v = True, (yield from held.execute(op.request(), timeout))
                 except Exception as e:  # noqa: BLE001 - handed to the machine, which decides
                     ok, v = False, e
             elif fleet._text_store:
-                ok, v = yield (StoreCall(store.execute_json, timeout), request)
+                ok, v = yield (StoreCall(store.execute_json, timeout), op.request())
             else:
-                ok, v = yield (StoreCall(store.execute, timeout), json.loads(request))
-            if ok:
-                failure, answer = _store_answer(v)  # nonsense ends the operation with store-protocol
-                if failure is None:
-                    text = resume(lambda: op.resume_store(answer))
-                else:
-                    text = resume(lambda: op.resume_store_failure(failure, answer))
-            else:
-                failure = message_of(v)
-                text = resume(lambda: op.resume_store_error(failure))
+                ok, v = yield (StoreCall(store.execute, timeout), op.take_store_request())
+            text = resume(lambda: _resume_store(op, ok, v))
         elif need == "recordOnce" and host is not None:
             ok, v = yield (host.record_once, step["runId"], step["effectKey"])
             text = resume(lambda: op.resume_recorded(bool(v)) if ok else op.resume_recorded_error(message_of(v)))
@@ -300,9 +293,37 @@ def _steps(fleet: Fleetlike, op: Any, host: Host | None, held: Held | None, coun
         step = json.loads(text)
 
 
+def _resume_store(op: Any, ok: bool, v: Any) -> str:
+    """Resumes ``op`` with its store's outcome and gives the next step (JSON text): a
+    :class:`StoreAnswer` as it is, an answer in its JSON shape or text, nonsense (which ends
+    the operation with ``store-protocol``), or what the store raised (``ok`` false:
+    ``store-unavailable``)."""
+    if ok and type(v) is StoreAnswer:
+        return str(op.resume_store_answer(v))
+    if ok:
+        failure, answer = _store_answer(v)
+        return str(op.resume_store(answer) if failure is None else op.resume_store_failure(failure, answer))
+    return str(op.resume_store_error(message_of(v)))
+
+
+def _store_request(op: Any, text: bool) -> Any:
+    """The request of ``op``'s current need as its store takes it (its text for
+    ``execute_json``, the :class:`StoreRequest` for ``execute``), or ``None`` when the need is
+    not a store request."""
+    if text:
+        return op.request() or None
+    return op.take_store_request()
+
+
 class StoreCall:
     """A store method whose awaitable answer is waited for at most ``timeout`` seconds (the
-    fleet's ``store_timeout``); a blocking answer is returned as it is."""
+    fleet's ``store_timeout``, from the call); a blocking answer is returned as it is.
+
+    Called from a running event loop, a coroutine is run at once up to its first suspension,
+    as ``await`` would run it: one that answers without suspending gives its answer with no
+    timer armed (nothing can overrun a deadline without suspending: the loop could not have
+    cancelled it); one that suspends is awaited from there under the deadline, which still
+    counts from the call."""
 
     def __init__(self, method: Callable[..., Any], timeout: float | None) -> None:
         self.method = method
@@ -312,25 +333,66 @@ class StoreCall:
 
     def __call__(self, *args: Any) -> Any:
         v = self.method(*args)
-        if self.timeout is None or not (asyncio.iscoroutine(v) or asyncio.isfuture(v)):
+        coroutine = type(v) is CoroutineType
+        if self.timeout is None or not (coroutine or asyncio.iscoroutine(v) or asyncio.isfuture(v)):
             return v
         try:
-            asyncio.get_running_loop()
+            loop = asyncio.get_running_loop()
         except RuntimeError:
             return v  # the blocking loop: it refuses the awaitable itself
-        return _within(v, self.timeout)
+        when = loop.time() + self.timeout
+        if coroutine:
+            try:
+                signal = v.send(None)
+            except StopIteration as done:
+                return done.value  # answered without suspending
+            v = _Started(v, signal)
+        return _within(v, self.timeout, when)
 
 
-async def _within(awaitable: Any, seconds: float) -> Any:
-    """``awaitable``'s result within ``seconds``, else ``StoreUnavailableError``. The store call
-    runs in the caller's task under ``asyncio.timeout`` (no task of its own: that cost more than
-    the rest of an operation's loop), and is cancelled at the deadline as ``wait_for`` would.
-    Unlike ``wait_for``, a store whose write committed just as the deadline cancelled it still
-    hands back its answer (``CancelledAfterCommit``), so that write is recorded, not lost; a
-    cancellation of the caller reaches the store as if it had been awaited directly."""
+class _Started:
+    """A coroutine already run to its first suspension, which gave ``signal`` (for the task
+    that runs it), awaited from there: what ``await`` on the coroutine would have gone on to
+    do (PEP 380), sends, throws (a cancellation) and closing passed through."""
+
+    __slots__ = ("coro", "signal")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], signal: Any) -> None:
+        self.coro = coro
+        self.signal = signal
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, signal = self.coro, self.signal
+        self.signal = None
+        while True:
+            try:
+                sent = yield signal
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as e:  # noqa: BLE001 - the task's throw, passed on as is
+                try:
+                    signal = coro.throw(e)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    signal = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
+
+
+async def _within(awaitable: Any, seconds: float, when: float) -> Any:
+    """``awaitable``'s result by the loop time ``when`` (``seconds`` after the call), else
+    ``StoreUnavailableError``. The store call runs in the caller's task under
+    ``asyncio.timeout_at`` (no task of its own: that cost more than the rest of an operation's
+    loop), and is cancelled at the deadline as ``wait_for`` would. Unlike ``wait_for``, a store
+    whose write committed just as the deadline cancelled it still hands back its answer
+    (``CancelledAfterCommit``), so that write is recorded, not lost; a cancellation of the
+    caller reaches the store as if it had been awaited directly."""
     task = asyncio.current_task()
     cancelling = task.cancelling() if task is not None else 0
-    deadline = asyncio.timeout(seconds)
+    deadline = asyncio.timeout_at(when)
     try:
         async with deadline:
             return await awaitable
@@ -418,9 +480,12 @@ def drive_sync(fleet: Fleetlike, kind: str, args_text: str, host: Host | None = 
 
 def _drive_store(fleet: Fleetlike, op: Any) -> None:
     """Answers a blocking operation's store requests inside Rust while it needs only the store
-    (a store with ``execute_json``); :func:`steps` takes over from the step that leaves."""
+    (``execute`` is handed a :class:`StoreRequest`, ``execute_json`` its text); :func:`steps`
+    takes over from the step that leaves."""
     if fleet._text_store:
-        op.drive_store(_blocking_store(fleet._store.execute_json))
+        op.drive_store(fleet._store.execute_json, _settle, False)
+    else:
+        op.drive_store(fleet._store.execute, _settle, True)
 
 
 async def drive_async(fleet: Fleetlike, kind: str, args_text: str, host: Host | None = None) -> dict[str, Any]:
@@ -438,13 +503,35 @@ def finish_sync(fleet: Fleetlike, op: Any) -> Any:
     its value, built in Rust, or its coded error raised."""
     _blocking(fleet)
     _drive_store(fleet, op)
-    ok_of(run_sync(steps(fleet, op, None)))
+    if not op.is_done():  # it needs more than the store
+        ok_of(run_sync(steps(fleet, op, None)))
     return op.result()
 
 
 async def finish_async(fleet: Fleetlike, op: Any) -> Any:
-    """:func:`finish_sync`, awaiting the store."""
-    ok_of(await run_async(steps(fleet, op, None)))
+    """:func:`finish_sync`, awaiting the store. Its requests are answered in a plain loop,
+    with no step parsed, as :func:`run_async` answers them (a store's ``CancelledAfterCommit``
+    included); a need other than the store goes through :func:`steps`."""
+    store = fleet._store
+    call = StoreCall(store.execute_json if fleet._text_store else store.execute, getattr(fleet, "_store_timeout", None))
+    while (request := _store_request(op, fleet._text_store)) is not None:
+        try:
+            v = call(request)
+            if type(v) is not StoreAnswer and inspect.isawaitable(v):
+                v = await v
+            ok = True
+        except CancelledAfterCommit as c:
+            # The store wrote before the cancellation reached it: record what it wrote. An
+            # operation that this finished absorbs the cancellation; one that needs more stops.
+            _resume_store(op, True, c.answer)
+            if op.is_done():
+                return op.result()
+            raise asyncio.CancelledError() from None
+        except Exception as e:  # noqa: BLE001 - handed to the machine, which decides
+            ok, v = False, e
+        _resume_store(op, ok, v)
+    if not op.is_done():
+        ok_of(await run_async(steps(fleet, op, None)))
     return op.result()
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping
+from typing import Any, Mapping, overload
 
 from . import _check
 from . import _native
 from .errors import InvalidInputError, InvalidTypeError
-from .types import DispatchLogEntry, InstanceRow, IntentRow, RunRow, parse_iso
+from .types import DispatchLogEntry, InstanceRow, IntentRow, RunRow, StoreAnswer, StoreRequest, parse_iso
 
 __all__ = ["MemoryLeaseStore", "to_ms", "iso_of"]
 
@@ -185,8 +185,16 @@ class MemoryLeaseStore:
             raise _check.ill_formed("execute_json: the request")
         return str(self._native.execute_json(request))
 
-    def execute(self, request: Mapping[str, Any] | str) -> dict[str, Any]:
-        """The store contract: one StoreRequest (a dict) -> its StoreAnswer (a dict)."""
+    @overload
+    def execute(self, request: StoreRequest) -> StoreAnswer: ...  # type: ignore[overload-overlap]
+    @overload
+    def execute(self, request: Mapping[str, Any] | str) -> dict[str, Any]: ...
+    def execute(self, request: StoreRequest | Mapping[str, Any] | str) -> StoreAnswer | dict[str, Any]:
+        """The store contract: one :class:`StoreRequest` -> its :class:`StoreAnswer`, both as
+        they are (no JSON: a store object forwarding its requests here); a request in its JSON
+        shape (a mapping or its text) -> the answer's JSON shape (a dict)."""
+        if type(request) is StoreRequest:
+            return self._native.execute(request)
         if isinstance(request, str):
             text = request
         elif isinstance(request, Mapping):

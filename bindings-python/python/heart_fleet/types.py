@@ -21,6 +21,8 @@ __all__ = [
     "Record",
     "FencingToken",
     "RunRow",
+    "StoreRequest",
+    "StoreAnswer",
     "IntentRow",
     "DispatchLogEntry",
     "InstanceRow",
@@ -134,6 +136,12 @@ FencedOutcome = _native.FencedOutcome
 for _native_record in (FencingToken, RunRow, HeartReceipt, AcquireResult, FencedOutcome):
     Record.register(_native_record)
 del _native_record
+
+#: The store contract's values, built in Rust (``bindings-python/src/store.rs``): what a store
+#: object's ``execute`` is handed, and what the memory store's ``execute`` answers. Each is an
+#: immutable mapping in the request language's JSON shape.
+StoreRequest = _native.StoreRequest
+StoreAnswer = _native.StoreAnswer
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ use super::{BridgeResult, invalid, parse_json, protocol, to_text};
 use crate::conformance;
 use crate::model::{InstanceRow, IntentRow};
 use crate::request::{Cond, StoreRequest};
-use crate::{ErrorCode, HeartError, LeaseStore, MemoryStore, RunRow, Timestamp, ops};
+use crate::{ErrorCode, HeartError, LeaseStore, MemoryStore, RunRow, StoreAnswer, Timestamp, ops};
 
 /// A shared handle on a [`MemoryStore`]: an injectable clock (milliseconds since the Unix
 /// epoch), runs, effect intents, the dispatch log and instances, with injectable failures.
@@ -101,6 +101,12 @@ impl BridgeMemoryStore {
             serde_json::from_str(request).map_err(|e| protocol(format!("not a StoreRequest: {e}")))?;
         let answer = self.with(|s| s.execute(req))?;
         answer.map(|a| to_text(&a)).map_err(|e| HeartError::new(ErrorCode::StoreUnavailable, e.0))
+    }
+
+    /// Executes one typed store request: [`BridgeMemoryStore::execute_json`] without the
+    /// JSON, for a host that hands the core's request to this store as it is.
+    pub fn execute(&self, request: &StoreRequest) -> BridgeResult<StoreAnswer> {
+        self.with(|s| s.execute_borrowed(request))?.map_err(|e| HeartError::new(ErrorCode::StoreUnavailable, e.0))
     }
 
     /// One run (JSON), or `null`.

@@ -1,6 +1,7 @@
 //! [`BridgeFleet`] builds and starts an operation; [`BridgeOp`] is resumed by the host's
 //! driving loop. The step protocol is in the [module docs](super).
 
+use std::cell::OnceCell;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
@@ -17,6 +18,7 @@ use crate::metrics::HeartMetrics;
 
 use crate::ops::{self, FleetConfig};
 use crate::receipt::HeartReceipt;
+use crate::request::StoreRequest;
 use crate::{ErrorCode, HeartError, LeaseStore, StoreAnswer, StoreError};
 
 /// A fleet's counters and receipts, shared by the operations it started.
@@ -346,23 +348,24 @@ impl Running {
 
     /// Drives `step` as far as Rust can; returns the text for the host (the step's JSON,
     /// with the receipts waiting for a sink, or a `LeaseStore` call's compact text),
-    /// whether the operation is done, and the store request (JSON text) when it needs one.
-    fn run(&mut self, mut step: Step<String>) -> (String, bool, String) {
+    /// whether the operation is done, and the store request when it needs one.
+    fn run(&mut self, mut step: Step<String>) -> (String, bool, Option<StoreRequest>) {
         if let Some(call) = self.drive(&mut step) {
-            return (call, false, String::new());
+            return (call, false, None);
         }
         let pending = self.shared.lock().map(|mut s| s.take_for_step()).unwrap_or_default();
         if let Step::Done(Ok(_)) = step
             && let Some(text) = self.op.finish(&pending)
         {
-            return (text, true, String::new());
+            return (text, true, None);
         }
         let done = matches!(step, Step::Done(_));
-        let request = match &step {
-            Step::Need(Need::Store(req)) => serde_json::to_string(req).unwrap_or_default(),
-            _ => String::new(),
+        let text = step_json(&step, pending);
+        let request = match step {
+            Step::Need(Need::Store(req)) => Some(req),
+            _ => None,
         };
-        (step_json(&step, pending), done, request)
+        (text, done, request)
     }
 }
 
@@ -437,11 +440,7 @@ impl BridgeFleet {
         let mut running = Running { op, shared: self.shared.clone(), memory, reference };
         let first = running.op.start();
         let (text, done, request) = running.run(first);
-        if done {
-            Begun::Done(text)
-        } else {
-            Begun::Pending(BridgeOp { running: Some(running), need: text, request, kept: None })
-        }
+        if done { Begun::Done(text) } else { Begun::Pending(BridgeOp::waiting(running, text, request)) }
     }
 
     /// Starts `call` (built by the host from its own typed values, so no JSON arguments are
@@ -454,7 +453,7 @@ impl BridgeFleet {
         let op = build_kept(call, config);
         let mut running = Running { op, shared: self.shared.clone(), memory: self.memory.clone(), reference: None };
         let first = running.op.start();
-        let mut started = BridgeOp { running: Some(running), need: String::new(), request: String::new(), kept: None };
+        let mut started = BridgeOp::waiting(running, String::new(), None);
         started.advance(first);
         started
     }
@@ -507,7 +506,11 @@ impl BridgeFleet {
 pub struct BridgeOp {
     running: Option<Running>,
     need: String,
-    request: String,
+    /// The store request of the current need, handed to a typed host as it is (boxed: a
+    /// `BridgeOp` stays small while it waits).
+    request: Option<Box<StoreRequest>>,
+    /// `request` as StoreRequest JSON, written the first time a host asks for the text.
+    request_text: OnceCell<String>,
     /// The result of a finished [`BridgeFleet::start_kept`] operation, until taken (boxed:
     /// a `BridgeOp` stays small while it waits).
     kept: Option<Box<KeptResult>>,
@@ -541,6 +544,16 @@ fn finished() -> String {
 }
 
 impl BridgeOp {
+    fn waiting(running: Running, need: String, request: Option<StoreRequest>) -> BridgeOp {
+        BridgeOp {
+            running: Some(running),
+            need,
+            request: request.map(Box::new),
+            request_text: OnceCell::new(),
+            kept: None,
+        }
+    }
+
     /// The current step (JSON text): what the operation needs, or once it is done, its
     /// final step.
     pub fn need(&self) -> &str {
@@ -550,7 +563,20 @@ impl BridgeOp {
     /// The store request of the current need (StoreRequest JSON text; empty when the need
     /// is not a store request).
     pub fn request(&self) -> &str {
-        &self.request
+        self.request_text.get_or_init(|| self.request.as_deref().map(to_json).unwrap_or_default())
+    }
+
+    /// The store request of the current need, typed (`None` when the need is not a store
+    /// request): for a host that hands it to its store without JSON.
+    pub fn store_request(&self) -> Option<&StoreRequest> {
+        self.request.as_deref()
+    }
+
+    /// Takes the store request of the current need out of the operation, to hand it to a
+    /// typed host's store without a copy. [`BridgeOp::request`] then gives its text only if
+    /// it was read before.
+    pub fn take_store_request(&mut self) -> Option<StoreRequest> {
+        self.request.take().map(|request| *request)
     }
 
     fn resume(&mut self, answer: Result<Answer, HeartError>) -> String {
@@ -576,8 +602,22 @@ impl BridgeOp {
             self.running = None;
         }
         self.need.clone_from(&text);
-        self.request = request;
+        self.request = request.map(Box::new);
+        self.request_text = OnceCell::new();
         text
+    }
+
+    /// The error a finished operation ended with (`None` while it runs or when it
+    /// succeeded): its final step's `error`.
+    pub fn failure(&self) -> Option<HeartError> {
+        if self.running.is_some() {
+            return None;
+        }
+        let step: Value = serde_json::from_str(&self.need).ok()?;
+        let error = step.get("error")?;
+        let code =
+            error.get("code").and_then(Value::as_str).and_then(ErrorCode::parse).unwrap_or(ErrorCode::StoreProtocol);
+        Some(HeartError::new(code, error.get("message").and_then(Value::as_str).unwrap_or_default()))
     }
 
     /// The result of a finished [`BridgeFleet::start_kept`] operation (`None` before it
@@ -593,6 +633,12 @@ impl BridgeOp {
             HeartError::new(ErrorCode::StoreProtocol, format!("the store's answer is not a StoreAnswer: {e}"))
         });
         self.resume(parsed.map(|a| Answer::Store(Ok(a))))
+    }
+
+    /// The store's answer, typed (from a store that answered without JSON, such as the
+    /// memory store's typed `execute`).
+    pub fn resume_store_answer(&mut self, answer: StoreAnswer) -> String {
+        self.resume(Ok(Answer::Store(Ok(answer))))
     }
 
     /// The store failed (it threw or rejected): the operation ends with `store-unavailable`.
@@ -936,6 +982,44 @@ mod tests {
         let text = op.resume_store(&answer);
         assert_eq!(json(&text)["ok"]["acquired"], true);
         assert_eq!(f.metrics().acquire_wins, 1);
+    }
+
+    #[test]
+    fn a_typed_host_is_handed_the_request_and_answers_as_the_json_host_does() {
+        // Two fleets over two identical stores: one host answers through JSON text, the
+        // other hands the typed request to its store and resumes with the typed answer.
+        let (json_store, typed_store) = (memory(), memory());
+        let (json_fleet, typed_fleet) = (fleet(Some(json_store.clone())), fleet(Some(typed_store.clone())));
+        for args in [r#"{"runId":"r","owner":"w","ttlSeconds":60}"#, r#"{"runId":"r","owner":"v","ttlSeconds":60}"#] {
+            let Begun::Pending(mut by_json) = json_fleet.begin_on_host("acquire", args) else { panic!("pending") };
+            let Begun::Pending(mut by_type) = typed_fleet.begin_on_host("acquire", args) else { panic!("pending") };
+            let mut steps = (String::new(), String::new());
+            while !by_json.is_done() {
+                let typed = by_type.take_store_request().expect("a store need");
+                assert!(by_type.take_store_request().is_none(), "taken once");
+                assert_eq!(serde_json::to_string(&typed).unwrap(), by_json.request());
+                steps.0 = by_json.resume_store(&json_store.execute_json(by_json.request()).unwrap());
+                steps.1 = by_type.resume_store_answer(typed_store.execute(&typed).unwrap());
+                assert_eq!(steps.0, steps.1);
+            }
+            assert!(by_type.is_done());
+            assert_eq!(by_json.failure(), None);
+        }
+        assert_eq!(json_store.runs_json().unwrap(), typed_store.runs_json().unwrap());
+        assert_eq!(json_fleet.metrics(), typed_fleet.metrics());
+        // A failed operation keeps its error for a typed host (the final step's error).
+        let Begun::Pending(mut op) =
+            typed_fleet.begin_on_host("acquire", r#"{"runId":"r","owner":"w","ttlSeconds":60}"#)
+        else {
+            panic!("pending")
+        };
+        assert_eq!(op.failure(), None, "not finished");
+        let step = json(&op.resume_store_error("connection reset"));
+        let failure = op.failure().expect("ended with an error");
+        assert_eq!(failure.code, ErrorCode::StoreUnavailable);
+        assert_eq!(failure.message, step["error"]["message"].as_str().unwrap());
+        assert!(failure.message.ends_with("connection reset"), "{}", failure.message);
+        assert!(op.take_result().is_none());
     }
 
     #[test]
