@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,6 +65,40 @@ def test_a_lease_cycle_on_sqlite(tmp_path: Path) -> None:
     r = hf.execute_with_lease(heart, run.id, "worker-C", 60, lambda lease: heart.verify_fence(lease.fence), renew_every_ms=20)
     assert r.ran and r.result is True and r.released
     assert [x.event for x in heart.receipts()][:2] == ["acquired", "fence_verified"]
+
+
+def test_a_store_object_forwards_its_store_requests_to_the_sqlite_stores_execute(tmp_path: Path) -> None:
+    class Forwarding:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+            self.ops: list[str] = []
+
+        def execute(self, request: hf.StoreRequest) -> Any:
+            self.ops.append(request.op)
+            return self.inner.execute(request)
+
+    class ForwardingAsync(Forwarding):
+        async def execute(self, request: hf.StoreRequest) -> Any:  # type: ignore[override]
+            self.ops.append(request.op)
+            return await self.inner.execute(request)
+
+    blocking = Forwarding(hf.SqliteLeaseStore(tmp_path / "fleet.db"))
+    heart = hf.HeartFleet(blocking)
+    run = heart.ensure_resource_run("job", "forwarded").run
+    a = heart.acquire(run.id, "worker-A", 60)
+    assert a.acquired and a.fence is not None and heart.verify_fence(a.fence)
+    assert heart.release(a.fence, "ready") is not None
+    assert blocking.ops[-3:] == ["update_run"] * 3
+
+    async def go() -> None:
+        store = ForwardingAsync(hf.AsyncSqliteLeaseStore(tmp_path / "fleet.db"))
+        heart = hf.HeartFleet(store)
+        a = await heart.acquire_async(run.id, "worker-B", 60)
+        assert a.acquired and a.fence is not None and a.fence.epoch == 2
+        assert await heart.release_async(a.fence, "ready") is not None
+        assert store.ops == ["update_run"] * 2
+
+    asyncio.run(go())
 
 
 def test_the_receipt_sink_appends_to_heart_receipts(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from . import _check
@@ -544,9 +544,10 @@ class PsycopgLeaseStore:
         names, rows = self._run("postgres", lambda conn: _answer(conn, sql, params, self._prepare))
         return _decode(request, names, rows)
 
-    def execute(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The store contract: a StoreRequest (dict) -> its StoreAnswer (dict)."""
-        answer: dict[str, Any] = json.loads(self.execute_json(json.dumps(request, separators=(",", ":"))))
+    def execute(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The store contract: a :class:`StoreRequest` (or a mapping in its JSON shape) -> its
+        StoreAnswer (a dict)."""
+        answer: dict[str, Any] = json.loads(self.execute_json(_check.request_text(request)))
         return answer
 
     def receipt_sink(
@@ -713,9 +714,9 @@ class AsyncPsycopgLeaseStore:
         names = [c.name for c in cur.description] if cur.description else []
         return names, rows
 
-    async def execute(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def execute(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """The store contract, awaited."""
-        answer: dict[str, Any] = json.loads(await self.execute_json(json.dumps(request, separators=(",", ":"))))
+        answer: dict[str, Any] = json.loads(await self.execute_json(_check.request_text(request)))
         return answer
 
     def receipt_sink(

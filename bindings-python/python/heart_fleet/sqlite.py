@@ -35,7 +35,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import _check
@@ -465,9 +465,10 @@ class SqliteLeaseStore:
             self, append_now, lambda: _Session(self), lambda: _receipt_table.appender("sqlite", keys), report
         )
 
-    def execute(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The store contract: a StoreRequest (dict) -> its StoreAnswer (dict)."""
-        answer: dict[str, Any] = json.loads(self.execute_json(json.dumps(request, separators=(",", ":"))))
+    def execute(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The store contract: a :class:`StoreRequest` (or a mapping in its JSON shape) -> its
+        StoreAnswer (a dict)."""
+        answer: dict[str, Any] = json.loads(self.execute_json(_check.request_text(request)))
         return answer
 
 
@@ -497,10 +498,10 @@ class AsyncSqliteLeaseStore:
             raise InvalidTypeError("execute_json: a StoreRequest as JSON text")
         return await _on_thread(self.sync._execute, request)
 
-    async def execute(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def execute(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """The store contract, on a worker thread."""
         try:
-            text = await self.execute_json(json.dumps(request, separators=(",", ":")))
+            text = await self.execute_json(_check.request_text(request))
         except CancelledAfterCommit as c:
             raise CancelledAfterCommit(json.loads(c.answer)) from None
         answer: dict[str, Any] = json.loads(text)
