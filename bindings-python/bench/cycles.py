@@ -19,43 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
 
 import heart_fleet as hf
-
-T0 = "2026-07-30T00:00:00.000Z"
-
-
-class Typed:
-    def __init__(self, memory: hf.MemoryLeaseStore) -> None:
-        self.memory = memory
-
-    def execute(self, request: hf.StoreRequest) -> Any:
-        return self.memory.execute(request)
-
-
-class TypedAsync(Typed):
-    async def execute(self, request: hf.StoreRequest) -> Any:  # type: ignore[override]
-        return self.memory.execute(request)
-
-
-class Text:
-    def __init__(self, memory: hf.MemoryLeaseStore) -> None:
-        self.memory = memory
-
-    def execute_json(self, text: str) -> str:
-        return self.memory.execute_json(text)
-
-
-class TextAsync(Text):
-    async def execute_json(self, text: str) -> str:  # type: ignore[override]
-        return self.memory.execute_json(text)
+from bench import T0, AsyncText, AsyncTyped, SyncText, SyncTyped
 
 
 def main() -> None:
     kind, n = sys.argv[1], int(sys.argv[2])
     memory = hf.MemoryLeaseStore(T0)
-    wrap = {"memory": None, "memory-async": None, "typed": Typed, "typed-async": TypedAsync, "text": Text, "text-async": TextAsync}
+    wrap = {"memory": None, "memory-async": None, "typed": SyncTyped, "typed-async": AsyncTyped, "text": SyncText, "text-async": AsyncText}
     if kind not in wrap:
         raise SystemExit(f"cycles.py: the kind is one of {', '.join(wrap)}, not {kind!r}")
     store_class = wrap[kind]

@@ -35,11 +35,27 @@ async def non_blocking(heart: hf.HeartFleet) -> bool:
     return s.sent and out.scanned >= 0
 
 
+class Forwarding:
+    """A store object of one's own: handed each StoreRequest, it forwards it to a Rust store."""
+
+    def __init__(self, memory: hf.MemoryLeaseStore) -> None:
+        self.memory = memory
+
+    def execute(self, request: hf.StoreRequest) -> hf.StoreAnswer:
+        op: str = request.op
+        shape: dict[str, object] = request.to_dict()
+        assert op == shape["op"] and request.get("run_id") is not None
+        answer: hf.StoreAnswer = self.memory.execute(request)
+        return answer
+
+
 def main() -> None:
     store = hf.MemoryLeaseStore("2026-07-30T00:00:00.000Z")
     store.insert({"id": "r1"})
     heart = hf.HeartFleet(store, max_retries=None)
     print(blocking(heart), asyncio.run(non_blocking(heart)), hf.digest({"a": 1}))
+    store.insert({"id": "r3"})
+    print(hf.HeartFleet(Forwarding(store)).acquire("r3", "w", 60).acquired)
     try:
         heart.renew(hf.FencingToken("r1", "w", "x"), 0)
     except hf.HeartFleetError as e:
