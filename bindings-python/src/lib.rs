@@ -458,15 +458,17 @@ impl NativeOp {
     /// operation that ended in an error raises it (the exception of its code).
     fn result(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         use bridge::KeptResult;
-        let (kept, failure) = {
+        let kept = {
             let mut op = locked(&self.inner)?;
-            (op.take_result(), op.failure())
-        };
-        let Some(kept) = kept else {
-            return Err(failure.map_or_else(
-                || coded(ErrorCode::InvalidState, "the operation has no result: not finished, or taken"),
-                py_err,
-            ));
+            match op.take_result() {
+                Some(kept) => kept,
+                None => {
+                    return Err(op.failure().map_or_else(
+                        || coded(ErrorCode::InvalidState, "the operation has no result: not finished, or taken"),
+                        py_err,
+                    ));
+                }
+            }
         };
         Ok(match kept {
             KeptResult::Acquired(r) => Py::new(py, AcquireResult::from_core(py, r)?)?.into_any(),
@@ -490,8 +492,9 @@ impl NativeOp {
     /// `Exception` raised, `settle(method, outcome, raised)` (the package's) says what the
     /// operation is resumed with: `(None, answer text)`, or `(code, message)` when the store
     /// failed or its answer was not one (see `resume_store_failure`). What is not an
-    /// `Exception` (a `KeyboardInterrupt`, say) propagates and leaves the operation where it
-    /// was. The operation's lock is not held while `method` runs.
+    /// `Exception` (a `KeyboardInterrupt`, say) propagates with nothing recorded: the
+    /// operation stays unfinished, its request handed out (drop it; the package does). The
+    /// operation's lock is not held while `method` runs.
     fn drive_store(
         &self,
         py: Python<'_>,

@@ -1,15 +1,19 @@
 //! The store contract's typed values: [`StoreRequest`], what an operation asks of a store
 //! object's `execute`, and [`StoreAnswer`], what a Rust store (the memory store's
 //! `execute`) answers. Both hold the core's value as it is, so a store object that forwards
-//! a request to a Rust store costs no JSON either way; both read as an immutable mapping in
-//! the request language's JSON shape (`request["op"]`, `to_dict()`, `to_json()`) for a store
-//! written in Python.
+//! a request to a Rust store costs no JSON either way; both read as a mapping in the request
+//! language's JSON shape (`request["op"]`, `to_dict()`, `to_json()`) for a store written in
+//! Python. The value itself never changes: the mapping's reads share one parsed copy, whose
+//! nested lists and dicts a store should not change (it would change only what later reads
+//! of that copy see, never what the core executes or resumes with); `to_dict()` gives a copy
+//! of its own.
 
 use std::sync::OnceLock;
 
+use heart_fleet_core::memory::op_name;
 use heart_fleet_core::{StoreAnswer as CoreAnswer, StoreRequest as CoreRequest};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyString};
+use pyo3::types::{PyBool, PyDict};
 use serde::Serialize;
 
 /// The JSON shape of a typed value, read lazily: `json.loads` of its text, so the keys come
@@ -139,8 +143,8 @@ impl StoreRequest {
 mapping_methods!(StoreRequest
     /// The request's kind (`"update_run"`, `"find_runs"`, ...).
     #[getter]
-    fn op<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.__getitem__(py, PyString::new(py, "op").as_any())
+    fn op(&self) -> &'static str {
+        op_name(&self.core)
     }
 );
 

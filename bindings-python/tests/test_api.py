@@ -474,6 +474,65 @@ def test_a_sync_call_on_an_async_store_is_a_clear_error(memory: hf.MemoryLeaseSt
     assert asyncio.run(heart.acquire_async("r1", "w", 60)).acquired
 
 
+def test_a_blocking_call_inside_a_running_loop_never_starts_a_store_coroutine(memory: hf.MemoryLeaseStore) -> None:
+    # A blocking API call made from code that runs in an event loop (a notebook, a sync
+    # helper called from async code), on a store whose plain execute returns a coroutine
+    # for the request after the send: refused, and the coroutine never runs.
+    started: list[str] = []
+    sent: list[int] = []
+
+    class Sneaky:
+        def execute(self, request: hf.StoreRequest) -> Any:
+            if not sent:
+                return memory.execute(request)
+
+            async def later() -> Any:
+                started.append(request.op)
+                return memory.execute(request)
+
+            return later()
+
+    heart = hf.HeartFleet(Sneaky())
+    a = heart.acquire("r1", "w", 60)
+    assert a.fence is not None
+
+    async def inside_a_loop() -> None:
+        ledger = hf.DurableEffectLedger(heart)
+        with pytest.raises(hf.StoreUnavailableError, match="returned an awaitable"):
+            hf.send_once(heart, ledger, fence=a.fence, channel="internal", effect_key="k", payload={}, send=lambda c: sent.append(1) or "ref")
+
+    with pytest.warns(RuntimeWarning, match="never awaited"):
+        asyncio.run(inside_a_loop())
+        import gc
+
+        gc.collect()
+    assert sent == [1] and started == []
+
+
+def test_an_asyncio_store_that_answers_a_coroutine_is_store_protocol(memory: hf.MemoryLeaseStore) -> None:
+    # `return self.inner.execute(request)` with the `await` forgotten: the answer is a
+    # coroutine, not awaited on the store's behalf and outside its deadline.
+    class Forgetful:
+        async def execute(self, request: hf.StoreRequest) -> Any:
+            async def inner() -> Any:
+                return memory.execute(request)
+
+            return inner()
+
+    heart = hf.HeartFleet(Forgetful())
+
+    async def go() -> None:
+        with pytest.raises(hf.StoreProtocolError, match="answered coroutine"):
+            await heart.acquire_async("r1", "w", 60)
+
+    with pytest.warns(RuntimeWarning, match="never awaited"):
+        asyncio.run(go())
+        import gc
+
+        gc.collect()
+    assert memory.get_run("r1").status == "ready"
+
+
 def test_results_round_trip_through_json(heart: hf.HeartFleet) -> None:
     a = heart.acquire("r1", "w", 60)
     text = json.dumps(a.to_dict())

@@ -317,13 +317,8 @@ def _store_request(op: Any, text: bool) -> Any:
 
 class StoreCall:
     """A store method whose awaitable answer is waited for at most ``timeout`` seconds (the
-    fleet's ``store_timeout``, from the call); a blocking answer is returned as it is.
-
-    Called from a running event loop, a coroutine is run at once up to its first suspension,
-    as ``await`` would run it: one that answers without suspending gives its answer with no
-    timer armed (nothing can overrun a deadline without suspending: the loop could not have
-    cancelled it); one that suspends is awaited from there under the deadline, which still
-    counts from the call."""
+    fleet's ``store_timeout``, counted from the call: :func:`_within`); a blocking answer is
+    returned as it is."""
 
     def __init__(self, method: Callable[..., Any], timeout: float | None) -> None:
         self.method = method
@@ -333,21 +328,13 @@ class StoreCall:
 
     def __call__(self, *args: Any) -> Any:
         v = self.method(*args)
-        coroutine = type(v) is CoroutineType
-        if self.timeout is None or not (coroutine or asyncio.iscoroutine(v) or asyncio.isfuture(v)):
+        if self.timeout is None or not (type(v) is CoroutineType or asyncio.iscoroutine(v) or asyncio.isfuture(v)):
             return v
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return v  # the blocking loop: it refuses the awaitable itself
-        when = loop.time() + self.timeout
-        if coroutine:
-            try:
-                signal = v.send(None)
-            except StopIteration as done:
-                return done.value  # answered without suspending
-            v = _Started(v, signal)
-        return _within(v, self.timeout, when)
+        return _within(v, self.timeout, loop.time() + self.timeout)
 
 
 class _Started:
@@ -389,7 +376,17 @@ async def _within(awaitable: Any, seconds: float, when: float) -> Any:
     loop), and is cancelled at the deadline as ``wait_for`` would. Unlike ``wait_for``, a store
     whose write committed just as the deadline cancelled it still hands back its answer
     (``CancelledAfterCommit``), so that write is recorded, not lost; a cancellation of the
-    caller reaches the store as if it had been awaited directly."""
+    caller reaches the store as if it had been awaited directly.
+
+    A coroutine is first run up to its first suspension, as ``await`` would run it: one that
+    answers without suspending gives its answer (whatever it is) with no timer armed; nothing
+    can overrun a deadline without suspending, since the loop could not have cancelled it."""
+    if type(awaitable) is CoroutineType:
+        try:
+            signal = awaitable.send(None)
+        except StopIteration as done:
+            return done.value
+        awaitable = _Started(awaitable, signal)
     task = asyncio.current_task()
     cancelling = task.cancelling() if task is not None else 0
     deadline = asyncio.timeout_at(when)
