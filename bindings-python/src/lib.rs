@@ -465,7 +465,7 @@ impl NativeOp {
                 None => {
                     return Err(op.failure().map_or_else(
                         || coded(ErrorCode::InvalidState, "the operation has no result: not finished, or taken"),
-                        py_err,
+                        |e| coded(e.code, &e.message),
                     ));
                 }
             }
@@ -508,24 +508,21 @@ impl NativeOp {
                 if op.is_done() || op.store_request().is_none() {
                     return Ok(op.need().to_owned());
                 }
-                if !typed {
-                    PyString::new(py, op.request()).into_any()
-                } else if let Some(taken) = op.take_store_request() {
-                    Bound::new(py, StoreRequest::from_core(taken))?.into_any()
-                } else {
-                    return Ok(op.need().to_owned());
+                // Typed, the request is handed out (the check above says there is one).
+                let taken = if typed { op.take_store_request() } else { None };
+                match taken {
+                    Some(taken) => Bound::new(py, StoreRequest::from_core(taken))?.into_any(),
+                    None => PyString::new(py, op.request()).into_any(),
                 }
             };
             let settled = match method.call1((request,)) {
                 Ok(answer) => {
                     if let Ok(typed) = answer.cast::<StoreAnswer>() {
-                        let core = typed.get().core.clone();
-                        self.resume(py, |op| op.resume_store_answer(core))?;
+                        self.resume_store_answer(py, typed.get())?;
                         continue;
                     }
                     if let Ok(text) = answer.cast::<PyString>() {
-                        let text = text.to_str()?;
-                        self.resume(py, |op| op.resume_store(text))?;
+                        self.resume_store(py, text.to_str()?)?;
                         continue;
                     }
                     settle.call1((method, answer, false))?

@@ -139,8 +139,6 @@ def message_of(e: BaseException) -> str:
 def _answer_text(ans: Any) -> str:
     if isinstance(ans, str):
         return ans
-    if type(ans) is StoreAnswer:
-        return ans.to_json()
     if isinstance(ans, dict):
         return json.dumps(ans, separators=(",", ":"))
     raise TypeError(f"the store answered {type(ans).__name__}, not a StoreAnswer")

@@ -347,26 +347,35 @@ impl Running {
     }
 
     /// Drives `step` as far as Rust can; returns the text for the host (the step's JSON,
-    /// with the receipts waiting for a sink, or a `LeaseStore` call's compact text),
-    /// whether the operation is done, and the store request when it needs one.
-    fn run(&mut self, mut step: Step<String>) -> (String, bool, Option<StoreRequest>) {
+    /// with the receipts waiting for a sink, or a `LeaseStore` call's compact text) and
+    /// where that left the operation.
+    fn run(&mut self, mut step: Step<String>) -> (String, Left) {
         if let Some(call) = self.drive(&mut step) {
-            return (call, false, None);
+            return (call, Left::Waiting(None));
         }
         let pending = self.shared.lock().map(|mut s| s.take_for_step()).unwrap_or_default();
         if let Step::Done(Ok(_)) = step
             && let Some(text) = self.op.finish(&pending)
         {
-            return (text, true, None);
+            return (text, Left::Done(None));
         }
-        let done = matches!(step, Step::Done(_));
         let text = step_json(&step, pending);
-        let request = match step {
-            Step::Need(Need::Store(req)) => Some(req),
-            _ => None,
+        let left = match step {
+            Step::Done(result) => Left::Done(result.err()),
+            Step::Need(Need::Store(req)) => Left::Waiting(Some(Box::new(req))),
+            Step::Need(_) => Left::Waiting(None),
         };
-        (text, done, request)
+        (text, left)
     }
+}
+
+/// Where a step left an operation.
+enum Left {
+    /// Waiting for the host; with the store request when that is what it needs (boxed, as
+    /// the waiting operation keeps it).
+    Waiting(Option<Box<StoreRequest>>),
+    /// Finished; with the error when it failed.
+    Done(Option<HeartError>),
 }
 
 /// What [`BridgeFleet::begin`] gives back.
@@ -439,8 +448,10 @@ impl BridgeFleet {
         };
         let mut running = Running { op, shared: self.shared.clone(), memory, reference };
         let first = running.op.start();
-        let (text, done, request) = running.run(first);
-        if done { Begun::Done(text) } else { Begun::Pending(BridgeOp::waiting(running, text, request)) }
+        match running.run(first) {
+            (text, Left::Done(_)) => Begun::Done(text),
+            (text, Left::Waiting(request)) => Begun::Pending(BridgeOp::waiting(running, text, request)),
+        }
     }
 
     /// Starts `call` (built by the host from its own typed values, so no JSON arguments are
@@ -514,6 +525,8 @@ pub struct BridgeOp {
     /// The result of a finished [`BridgeFleet::start_kept`] operation, until taken (boxed:
     /// a `BridgeOp` stays small while it waits).
     kept: Option<Box<KeptResult>>,
+    /// The error a finished operation ended with (boxed, as `kept`).
+    failure: Option<Box<HeartError>>,
 }
 
 impl std::fmt::Debug for BridgeOp {
@@ -544,14 +557,8 @@ fn finished() -> String {
 }
 
 impl BridgeOp {
-    fn waiting(running: Running, need: String, request: Option<StoreRequest>) -> BridgeOp {
-        BridgeOp {
-            running: Some(running),
-            need,
-            request: request.map(Box::new),
-            request_text: OnceCell::new(),
-            kept: None,
-        }
+    fn waiting(running: Running, need: String, request: Option<Box<StoreRequest>>) -> BridgeOp {
+        BridgeOp { running: Some(running), need, request, request_text: OnceCell::new(), kept: None, failure: None }
     }
 
     /// The current step (JSON text): what the operation needs, or once it is done, its
@@ -596,28 +603,25 @@ impl BridgeOp {
         let Some(running) = self.running.as_mut() else {
             return finished();
         };
-        let (text, done, request) = running.run(step);
-        if done {
-            self.kept = running.op.take_kept().map(Box::new);
-            self.running = None;
-        }
+        let (text, left) = running.run(step);
+        self.request = match left {
+            Left::Waiting(request) => request,
+            Left::Done(failure) => {
+                self.kept = running.op.take_kept().map(Box::new);
+                self.failure = failure.map(Box::new);
+                self.running = None;
+                None
+            }
+        };
         self.need.clone_from(&text);
-        self.request = request.map(Box::new);
         self.request_text = OnceCell::new();
         text
     }
 
     /// The error a finished operation ended with (`None` while it runs or when it
-    /// succeeded): its final step's `error`.
-    pub fn failure(&self) -> Option<HeartError> {
-        if self.running.is_some() {
-            return None;
-        }
-        let step: Value = serde_json::from_str(&self.need).ok()?;
-        let error = step.get("error")?;
-        let code =
-            error.get("code").and_then(Value::as_str).and_then(ErrorCode::parse).unwrap_or(ErrorCode::StoreProtocol);
-        Some(HeartError::new(code, error.get("message").and_then(Value::as_str).unwrap_or_default()))
+    /// succeeded): what its final step's `error` says.
+    pub fn failure(&self) -> Option<&HeartError> {
+        self.failure.as_deref()
     }
 
     /// The result of a finished [`BridgeFleet::start_kept`] operation (`None` before it
@@ -1015,7 +1019,7 @@ mod tests {
         };
         assert_eq!(op.failure(), None, "not finished");
         let step = json(&op.resume_store_error("connection reset"));
-        let failure = op.failure().expect("ended with an error");
+        let failure = op.failure().expect("ended with an error").clone();
         assert_eq!(failure.code, ErrorCode::StoreUnavailable);
         assert_eq!(failure.message, step["error"]["message"].as_str().unwrap());
         assert!(failure.message.ends_with("connection reset"), "{}", failure.message);
