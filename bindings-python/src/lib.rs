@@ -33,16 +33,20 @@
 //! (a mutex around the bridge value), so a heartbeat thread may use a fleet.
 
 mod records;
+mod sql;
 mod store;
 
 use std::borrow::Cow;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
 use heart_fleet_core::bridge::{self, TypedOutcome};
 use heart_fleet_core::{ErrorCode, HeartError};
-use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError};
+use pyo3::exceptions::{PyException, PyRuntimeError, PyStopIteration, PyTypeError};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyString};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyInt, PyString, PyType};
 
 use records::{AcquireResult, FencedCore, FencedOutcome, FencingToken, HeartReceipt};
 use store::{StoreAnswer, StoreRequest};
@@ -387,7 +391,63 @@ impl NativeOp {
         hand_over(py, &self.fleet, self.sink.as_ref())?;
         Ok(step)
     }
+
+    /// The request of the current need as the store takes it (a `StoreRequest` handed out
+    /// when `typed`, else its text), or `None` when the operation is done or needs something
+    /// other than the store.
+    fn next_request<'py>(&self, py: Python<'py>, typed: bool) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let mut op = locked(&self.inner)?;
+        if op.is_done() || op.store_request().is_none() {
+            return Ok(None);
+        }
+        // Typed, the request is handed out (the check above says there is one).
+        let taken = if typed { op.take_store_request() } else { None };
+        Ok(Some(match taken {
+            Some(taken) => Bound::new(py, StoreRequest::from_core(taken))?.into_any(),
+            None => PyString::new(py, op.request()).into_any(),
+        }))
+    }
+
+    /// Resumes the operation with what its store's method gave: a `StoreAnswer` or text as
+    /// it is, anything else or an `Exception` as `settle` says (see `drive_store`); what is not
+    /// an `Exception` propagates with nothing recorded.
+    fn resume_with(
+        &self,
+        py: Python<'_>,
+        method: &Bound<'_, PyAny>,
+        settle: &Bound<'_, PyAny>,
+        outcome: PyResult<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let settled = match outcome {
+            Ok(answer) => {
+                if let Ok(typed) = answer.cast::<StoreAnswer>() {
+                    self.resume_store_answer(py, typed.get())?;
+                    return Ok(());
+                }
+                if let Ok(text) = answer.cast::<PyString>() {
+                    self.resume_store(py, text.to_str()?)?;
+                    return Ok(());
+                }
+                settle.call1((method, answer, false))?
+            }
+            Err(e) if e.is_instance_of::<PyException>(py) => settle.call1((method, e.value(py), true))?,
+            Err(e) => return Err(e),
+        };
+        let (failure, answer): (Option<String>, String) = settled.extract()?;
+        self.resume(py, |op| match &failure {
+            None => op.resume_store(&answer),
+            Some(code) => op.resume_store_failure(code, &answer),
+        })?;
+        Ok(())
+    }
 }
+
+/// A store call that suspended: `(awaitable, signal, seconds since the call)`
+/// ([`NativeOp::drive_store_async`]).
+type Suspended = (Py<PyAny>, Py<PyAny>, f64);
+
+/// `types.CoroutineType`, looked up once.
+static COROUTINE_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 #[pymethods]
 impl NativeOp {
@@ -503,38 +563,49 @@ impl NativeOp {
         typed: bool,
     ) -> PyResult<String> {
         loop {
-            let request = {
-                let mut op = locked(&self.inner)?;
-                if op.is_done() || op.store_request().is_none() {
-                    return Ok(op.need().to_owned());
-                }
-                // Typed, the request is handed out (the check above says there is one).
-                let taken = if typed { op.take_store_request() } else { None };
-                match taken {
-                    Some(taken) => Bound::new(py, StoreRequest::from_core(taken))?.into_any(),
-                    None => PyString::new(py, op.request()).into_any(),
-                }
+            let Some(request) = self.next_request(py, typed)? else {
+                return Ok(locked(&self.inner)?.need().to_owned());
             };
-            let settled = match method.call1((request,)) {
-                Ok(answer) => {
-                    if let Ok(typed) = answer.cast::<StoreAnswer>() {
-                        self.resume_store_answer(py, typed.get())?;
-                        continue;
-                    }
-                    if let Ok(text) = answer.cast::<PyString>() {
-                        self.resume_store(py, text.to_str()?)?;
-                        continue;
-                    }
-                    settle.call1((method, answer, false))?
+            let outcome = method.call1((request,));
+            self.resume_with(py, method, settle, outcome)?;
+        }
+    }
+
+    /// [`NativeOp::drive_store`] for an asyncio store: answers the requests its store answers
+    /// without suspending (a `StoreAnswer`, text, or a coroutine that returns at its first
+    /// step, run here as `await` would run it), and stops at the first one that suspends:
+    /// `(awaitable, signal, seconds)`, the store's coroutine run to its first suspension
+    /// (which gave `signal`) or another awaitable (`signal` None), and the seconds since the
+    /// store was called (its deadline counts from the call). The caller awaits it and resumes
+    /// the operation. `None` once the operation needs something other than the store. What
+    /// `settle` gets and what propagates are as for `drive_store`.
+    fn drive_store_async(
+        &self,
+        py: Python<'_>,
+        method: &Bound<'_, PyAny>,
+        settle: &Bound<'_, PyAny>,
+        typed: bool,
+    ) -> PyResult<Option<Suspended>> {
+        let coroutine = COROUTINE_TYPE.import(py, "types", "CoroutineType")?;
+        loop {
+            let Some(request) = self.next_request(py, typed)? else { return Ok(None) };
+            let called = Instant::now();
+            let outcome = match method.call1((request,)) {
+                Ok(v) if v.get_type().is(coroutine) => match v.call_method1(intern!(py, "send"), (py.None(),)) {
+                    Ok(signal) => return Ok(Some((v.unbind(), signal.unbind(), called.elapsed().as_secs_f64()))),
+                    Err(e) if e.is_instance_of::<PyStopIteration>(py) => e.value(py).getattr(intern!(py, "value")),
+                    Err(e) => Err(e),
+                },
+                Ok(v)
+                    if !v.is_instance_of::<StoreAnswer>()
+                        && !v.is_instance_of::<PyString>()
+                        && v.hasattr(intern!(py, "__await__"))? =>
+                {
+                    return Ok(Some((v.unbind(), py.None(), called.elapsed().as_secs_f64())));
                 }
-                Err(e) if e.is_instance_of::<PyException>(py) => settle.call1((method, e.value(py), true))?,
-                Err(e) => return Err(e),
+                other => other,
             };
-            let (failure, answer): (Option<String>, String) = settled.extract()?;
-            self.resume(py, |op| match &failure {
-                None => op.resume_store(&answer),
-                Some(code) => op.resume_store_failure(code, &answer),
-            })?;
+            self.resume_with(py, method, settle, outcome)?;
         }
     }
 
@@ -829,18 +900,6 @@ fn unstorable_evidence(kind: &str, reason: &str) -> String {
     bridge::unstorable_evidence_json(kind, reason)
 }
 
-/// The statements (JSON list of `{sql, params}`) a store of `dialect` runs for a request.
-#[pyfunction]
-fn sql_render(request: &str, dialect: &str) -> PyResult<String> {
-    bridge::sql_render(request, dialect).map_err(py_err)
-}
-
-/// Decodes a driver's rows (JSON: one list of rows per statement) into the StoreAnswer JSON.
-#[pyfunction]
-fn sql_decode(request: &str, dialect: &str, results: &str) -> PyResult<String> {
-    bridge::sql_decode(request, dialect, results).map_err(py_err)
-}
-
 /// The schema migrations of a dialect (JSON `[[name, sql], ...]`).
 #[pyfunction]
 fn sql_migration_plan(dialect: &str) -> PyResult<String> {
@@ -973,8 +1032,9 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(store_request, m)?)?;
     m.add_function(wrap_pyfunction!(contract, m)?)?;
     m.add_function(wrap_pyfunction!(unstorable_evidence, m)?)?;
-    m.add_function(wrap_pyfunction!(sql_render, m)?)?;
-    m.add_function(wrap_pyfunction!(sql_decode, m)?)?;
+    m.add_function(wrap_pyfunction!(sql::sql_statements, m)?)?;
+    m.add_function(wrap_pyfunction!(sql::sql_answer, m)?)?;
+    m.add_function(wrap_pyfunction!(sql::parse_store_request, m)?)?;
     m.add_function(wrap_pyfunction!(sql_migration_plan, m)?)?;
     m.add_function(wrap_pyfunction!(sql_receipt_insert, m)?)?;
     m.add_function(wrap_pyfunction!(canonicalize_json, m)?)?;

@@ -199,16 +199,16 @@ def test_sync_sqlite_a_request_that_fails_or_is_interrupted_before_its_end_write
     store = hf.SqliteLeaseStore(tmp_path / "fleet.db")
     heart = hf.HeartFleet(store)
     run_id = heart.ensure_resource_run("job", "sync").run.id
-    real = hf._native.sql_decode
+    real = hf._native.sql_answer
     for failure in (hf.StoreProtocolError("decode failed"), KeyboardInterrupt()):
 
         def broken(*args: Any, failure: BaseException = failure) -> str:
             raise failure
 
-        monkeypatch.setattr(hf._native, "sql_decode", broken)
+        monkeypatch.setattr(hf._native, "sql_answer", broken)
         with pytest.raises((hf.HeartFleetError, KeyboardInterrupt)):
             heart.acquire(run_id, "w", 60)
-        monkeypatch.setattr(hf._native, "sql_decode", real)
+        monkeypatch.setattr(hf._native, "sql_answer", real)
         r = heart.get_run(run_id)
         assert r is not None and (r.status, r.fencing_epoch) == ("ready", 0), type(failure).__name__
     assert heart.acquire(run_id, "w", 60).acquired

@@ -57,6 +57,67 @@ def test_a_lease_cycle_on_postgres(pg_url: str) -> None:
         assert all(hf.verify_receipt(r) for r in heart.receipts())
 
 
+def test_the_fleet_hands_the_psycopg_stores_execute_the_core_request_and_its_text_form_agrees(pg_url: str) -> None:
+    """A HeartFleet hands PsycopgLeaseStore.execute (and the asyncio twin's) the core's
+    StoreRequest and resumes with the StoreAnswer the core read from the rows, no JSON either
+    way; execute_json, given the same request's text, answers the same on the same row."""
+    rid, async_rid = pg_run_id(), pg_run_id()
+    seed_pg_run(pg_url, rid)
+    seed_pg_run(pg_url, async_rid)
+
+    def no_text(text: str) -> str:
+        raise AssertionError("the fleet took the text path")
+
+    with hf.PsycopgLeaseStore.connect(pg_url) as store:
+        handed: list[type] = []
+        compared: list[str] = []
+        execute = store.execute
+
+        def recording(request: Any) -> Any:
+            handed.append(type(request))
+            answer = execute(request)
+            assert type(answer) is hf.StoreAnswer
+            if request.op == "read_run":
+                text = json.loads(store.execute_json_real(request.to_json()))
+                assert text["reply"] == answer.to_dict()["reply"] and text.keys() == answer.to_dict().keys()
+                compared.append(request.op)
+            return answer
+
+        store.execute_json_real = store.execute_json  # type: ignore[attr-defined]
+        store.execute_json = no_text  # type: ignore[method-assign,assignment]
+        store.execute = recording  # type: ignore[method-assign]
+        heart = hf.HeartFleet(store)
+        a = heart.acquire(rid, "worker-A", 60)
+        assert a.fence is not None and heart.verify_fence(a.fence)
+        assert heart.get_run(rid) is not None and heart.release(a.fence, "failed") is not None
+        assert set(handed) == {hf.StoreRequest} and len(handed) == 4 and compared == ["read_run"], handed
+
+    async def go() -> None:
+        store = await hf.AsyncPsycopgLeaseStore.connect(pg_url)
+        try:
+            handed: list[type] = []
+            execute = store.execute
+
+            async def recording(request: Any) -> Any:
+                handed.append(type(request))
+                answer = await execute(request)
+                assert type(answer) is hf.StoreAnswer
+                return answer
+
+            store.execute = recording  # type: ignore[method-assign]
+            heart = hf.HeartFleet(store)
+            a = await heart.acquire_async(async_rid, "worker-B", 60)
+            assert a.fence is not None and a.fence.epoch == 1
+            assert await heart.release_async(a.fence, "failed") is not None
+            assert set(handed) == {hf.StoreRequest} and len(handed) == 2, handed
+            text = await store.execute_json(json.dumps({"op": "read_run", "run_id": async_rid}))
+            assert json.loads(text)["reply"]["run"]["status"] == "failed"
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
 def test_concurrent_acquires_on_separate_connections_have_one_winner(pg_url: str) -> None:
     rid = pg_run_id()
     seed_pg_run(pg_url, rid)

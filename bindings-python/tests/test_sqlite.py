@@ -101,6 +101,102 @@ def test_a_store_object_forwards_its_store_requests_to_the_sqlite_stores_execute
     asyncio.run(go())
 
 
+def test_the_typed_execute_answers_as_the_text_form_and_both_write_the_same_rows(tmp_path: Path) -> None:
+    """A HeartFleet hands SqliteLeaseStore.execute the core's StoreRequest (no JSON): each
+    request, answered typed on one file and as text on a twin, gives the same answer and
+    leaves the same rows."""
+    typed_store = hf.SqliteLeaseStore(tmp_path / "typed.db")
+    text_store = hf.SqliteLeaseStore(tmp_path / "text.db")
+    for store in (typed_store, text_store):
+        # A file's clock never goes back: set ahead, both stay at this instant.
+        store.connection.execute("INSERT OR REPLACE INTO heart_clock (id, now) VALUES (1, '2090-01-01T00:00:00.000Z')")
+    seen: list[str] = []
+
+    class Twin:
+        def execute(self, request: hf.StoreRequest) -> hf.StoreAnswer:
+            assert type(request) is hf.StoreRequest
+            typed = typed_store.execute(request)
+            assert type(typed) is hf.StoreAnswer
+            text = text_store.execute_json(request.to_json())
+            assert typed.to_json() == text and "2090-01-01T00:00:00.000Z" in text
+            assert typed.to_dict() == json.loads(typed.to_json())
+            seen.append(request.op)
+            return typed
+
+    # The run's ids are random (the store draws them): the twin starts with the same row.
+    run = hf.HeartFleet(typed_store).ensure_resource_run("job", "twin").run
+    text_store.connection.execute("ATTACH DATABASE ? AS typed", (str(tmp_path / "typed.db"),))
+    text_store.connection.execute("INSERT INTO main.agent_runs SELECT * FROM typed.agent_runs")
+    text_store.connection.execute("DETACH DATABASE typed")
+    heart = hf.HeartFleet(Twin(), max_retries=1)
+    assert heart.ensure_resource_run("job", "twin").run.id == run.id
+    a = heart.acquire(run.id, "worker-A", 60)
+    assert a.acquired and a.fence is not None
+    assert heart.acquire(run.id, "worker-B", 60).code == "lease-held"
+    assert heart.verify_fence(a.fence)
+    f2 = heart.renew(a.fence, 60)
+    assert f2 is not None and heart.release(f2, "ready") is not None
+    assert not heart.verify_fence(f2)
+    heart.register_instance("i-1", hostname="h", pid=1)
+    assert heart.heartbeat_instance("i-1") and [i.instance_id for i in heart.list_instances()] == ["i-1"]
+    assert heart.reclaim_expired().reclaimed_count == 0
+    assert {"update_run", "ensure_run", "scan_runs", "upsert_instance"} <= set(seen), seen
+
+    def rows(store: hf.SqliteLeaseStore) -> list[tuple[Any, ...]]:
+        cur = store.connection.execute(
+            "SELECT * FROM agent_runs ORDER BY id"
+        )
+        return cur.fetchall() + store.connection.execute("SELECT * FROM agent_instances").fetchall()
+
+    assert rows(typed_store) == rows(text_store) and len(rows(typed_store)) == 2
+
+
+def test_a_fleet_hands_the_sqlite_stores_execute_the_core_request(tmp_path: Path) -> None:
+    def no_text(text: str) -> str:
+        raise AssertionError("the fleet took the text path")
+
+    for store in (hf.SqliteLeaseStore(tmp_path / "blocking.db"), hf.AsyncSqliteLeaseStore(tmp_path / "async.db")):
+        handed: list[type] = []
+        execute = store.execute
+
+        def recording(request: Any, execute: Any = execute, handed: list[type] = handed) -> Any:
+            handed.append(type(request))
+            return execute(request)
+
+        store.execute_json = no_text  # type: ignore[method-assign,assignment]
+        store.execute = recording  # type: ignore[method-assign]
+        heart = hf.HeartFleet(store)
+        if isinstance(store, hf.SqliteLeaseStore):
+            run = heart.ensure_resource_run("job", "typed").run
+            a = heart.acquire(run.id, "w", 60)
+            assert a.fence is not None and heart.release(a.fence, "ready") is not None
+        else:
+
+            async def cycle(heart: hf.HeartFleet = heart) -> None:
+                run = (await heart.ensure_resource_run_async("job", "typed")).run
+                a = await heart.acquire_async(run.id, "w", 60)
+                assert a.fence is not None and await heart.release_async(a.fence, "ready") is not None
+
+            asyncio.run(cycle())
+        assert handed and set(handed) == {hf.StoreRequest}, handed
+
+
+def test_rows_the_core_cannot_read_are_a_store_protocol_error() -> None:
+    request = hf._native.parse_store_request(hf._native.store_request("now", "{}"))
+    assert request.op == "now"
+    for bad in ([(b"bytes",)], [(1 << 64,)], [("2026-07-30T00:00:00.000Z", "one too many")], [object()]):
+        with pytest.raises(hf.StoreProtocolError):
+            hf._native.sql_answer(request, "sqlite", [(["now"], bad)])
+    with pytest.raises(hf.InvalidInputError):
+        hf._native.sql_answer(request, "mysql", [])
+    with pytest.raises(hf.StoreProtocolError):
+        hf._native.parse_store_request('{"op":"drop_table"}')
+    with pytest.raises(hf.InvalidInputError):
+        hf.SqliteLeaseStore(":memory:").execute_json("{\"op\":\"now\",\"x\":\"\ud800\"}")
+    answer = hf._native.sql_answer(request, "sqlite", [(["now"], [("2026-07-30T00:00:00.000Z",)])])
+    assert type(answer) is hf.StoreAnswer
+
+
 def test_the_receipt_sink_appends_to_heart_receipts(tmp_path: Path) -> None:
     store = hf.SqliteLeaseStore(tmp_path / "fleet.db")
     errors: list[BaseException] = []

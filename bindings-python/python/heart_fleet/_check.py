@@ -363,12 +363,6 @@ def coded_methods(cls: type) -> type:
     return cls
 
 
-def request_text(request: Mapping[str, Any]) -> str:
-    """A store request's JSON text: a :class:`StoreRequest`'s own, or that of a mapping in the
-    request's JSON shape (the SQL stores' ``execute`` takes either)."""
-    if type(request) is _native.StoreRequest:
-        return request.to_json()
-    return json.dumps(request, separators=(",", ":"))
 
 
 def to_json(value: object, what: str) -> str:

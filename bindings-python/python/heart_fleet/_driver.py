@@ -251,7 +251,7 @@ def _steps(fleet: Fleetlike, op: Any, host: Host | None, held: Held | None, coun
             timeout = getattr(fleet, "_store_timeout", None)
             if held is not None:
                 try:
-                    ok, v = True, (yield from held.execute(op.request(), timeout))
+                    ok, v = True, (yield from held.execute(op.take_store_request(), timeout))
                 except Exception as e:  # noqa: BLE001 - handed to the machine, which decides
                     ok, v = False, e
             elif fleet._text_store:
@@ -302,15 +302,6 @@ def _resume_store(op: Any, ok: bool, v: Any) -> str:
         failure, answer = _store_answer(v)
         return str(op.resume_store(answer) if failure is None else op.resume_store_failure(failure, answer))
     return str(op.resume_store_error(message_of(v)))
-
-
-def _store_request(op: Any, text: bool) -> Any:
-    """The request of ``op``'s current need as its store takes it (its text for
-    ``execute_json``, the :class:`StoreRequest` for ``execute``), or ``None`` when the need is
-    not a store request."""
-    if text:
-        return op.request() or None
-    return op.take_store_request()
 
 
 class StoreCall:
@@ -504,17 +495,23 @@ def finish_sync(fleet: Fleetlike, op: Any) -> Any:
 
 
 async def finish_async(fleet: Fleetlike, op: Any) -> Any:
-    """:func:`finish_sync`, awaiting the store. Its requests are answered in a plain loop,
-    with no step parsed, as :func:`run_async` answers them (a store's ``CancelledAfterCommit``
-    included); a need other than the store goes through :func:`steps`."""
-    store = fleet._store
-    call = StoreCall(store.execute_json if fleet._text_store else store.execute, getattr(fleet, "_store_timeout", None))
-    while (request := _store_request(op, fleet._text_store)) is not None:
+    """:func:`finish_sync`, awaiting the store. Its requests are answered inside Rust while
+    the store answers without suspending (``NativeOp.drive_store_async``); one that suspends
+    is awaited here within its deadline, counted from the call, as :func:`run_async` awaits
+    it (a store's ``CancelledAfterCommit`` included); a need other than the store goes
+    through :func:`steps`."""
+    store, text = fleet._store, fleet._text_store
+    method = store.execute_json if text else store.execute
+    timeout = getattr(fleet, "_store_timeout", None)
+    while True:
         try:
-            v = call(request)
-            if type(v) is not StoreAnswer and inspect.isawaitable(v):
-                v = await v
-            ok = True
+            left = op.drive_store_async(method, _settle_awaited, not text)
+            if left is None:
+                break
+            try:
+                v, ok = await _suspended(left, timeout), True
+            except Exception as e:  # noqa: BLE001 - handed to the machine, which decides
+                v, ok = e, False
         except CancelledAfterCommit as c:
             # The store wrote before the cancellation reached it: record what it wrote. An
             # operation that this finished absorbs the cancellation; one that needs more stops.
@@ -522,12 +519,27 @@ async def finish_async(fleet: Fleetlike, op: Any) -> Any:
             if op.is_done():
                 return op.result()
             raise asyncio.CancelledError() from None
-        except Exception as e:  # noqa: BLE001 - handed to the machine, which decides
-            ok, v = False, e
         _resume_store(op, ok, v)
     if not op.is_done():
         ok_of(await run_async(steps(fleet, op, None)))
     return op.result()
+
+
+async def _suspended(left: tuple[Any, Any, float], timeout: float | None) -> Any:
+    """The answer of a store call that suspended (``drive_store_async``'s
+    ``(awaitable, signal, seconds since the call)``), within its deadline."""
+    awaitable, signal, elapsed = left
+    if type(awaitable) is CoroutineType:
+        awaitable = _Started(awaitable, signal)
+    if timeout is None:
+        return await awaitable
+    return await _within(awaitable, timeout, asyncio.get_running_loop().time() - elapsed + timeout)
+
+
+def _settle_awaited(method: Callable[[Any], Any], outcome: Any, raised: bool) -> tuple[str | None, Any]:
+    """:func:`_settle` for an asyncio store's answer, given without suspending (an awaitable
+    it answers is not a StoreAnswer: ``store-protocol``, as :func:`run_async` has it)."""
+    return ("store-unavailable", message_of(outcome)) if raised else _store_answer(outcome)
 
 
 def _holding(fleet: Fleetlike) -> tuple[Held | None, Unsettled | None]:

@@ -77,7 +77,7 @@ class Session(Protocol):
     only what ``begin`` took, once (a ``begin`` that failed gave it back itself)."""
 
     def begin(self) -> Any: ...
-    def answer(self, request: str) -> Any: ...
+    def answer(self, request: _native.StoreRequest) -> Any: ...
     def rows(self, statement: dict[str, Any]) -> Any: ...
     def commit(self) -> Any: ...
     def rollback(self) -> Any: ...
@@ -122,8 +122,8 @@ class HeldTransaction:
     def is_open(self) -> bool:
         return self._session is not None
 
-    def execute(self, request: str, timeout: float | None) -> Calls:
-        """One store request (JSON text) inside the transaction, which it opens if none is;
+    def execute(self, request: _native.StoreRequest, timeout: float | None) -> Calls:
+        """One store request inside the transaction, which it opens if none is;
         each awaited call waits at most ``timeout`` seconds."""
         yield from self._append_queued()
         if self._doomed is not None:

@@ -137,7 +137,9 @@ class HeartFleet:
         self._on_receipt = on_receipt
         # The sink is this store's receipt sink: receipts commit with their writes (_receipt_table).
         self._holds_receipts = isinstance(on_receipt, _receipt_table.ReceiptSink) and on_receipt.store is store
-        self._text_store = callable(getattr(store, "execute_json", None))
+        # A store with execute_json takes text, unless its execute takes the core's StoreRequest
+        # as it is (the SQL stores: no JSON either way).
+        self._text_store = callable(getattr(store, "execute_json", None)) and not getattr(store, "_typed_execute", False)
         method = getattr(store, "execute_json" if self._text_store else "execute", None)
         self._async_store = inspect.iscoroutinefunction(method)
         self._native = _native.NativeFleet(max_retries, on_receipt is not None)

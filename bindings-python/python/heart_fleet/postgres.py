@@ -45,13 +45,15 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from . import _check
 from . import _driver
 from . import _native
 from . import _receipt_table
+from ._native import StoreAnswer, StoreRequest
+from ._sql_store import AsyncSqlStore, SqlStore
 from .errors import InvalidTypeError, StoreProtocolError, StoreUnavailableError
 from .types import HeartReceipt
 
@@ -286,39 +288,33 @@ def _param(p: Any) -> Any:
     raise StoreProtocolError(f"postgres: an unexpected SQL parameter {p!r}")
 
 
-def _statement(request: str) -> tuple[str, list[Any]]:
-    statements = json.loads(_native.sql_render(request, "postgres"))
+def _statement(request: StoreRequest) -> tuple[str, list[Any]]:
+    """The one statement the core renders for ``request``, in psycopg's placeholder style."""
+    statements = _native.sql_statements(request, "postgres")
     if len(statements) != 1:
         raise StoreProtocolError(f"postgres: render gave {len(statements)} statements, not one")
-    return _core_statement(statements[0])
+    return _placed(*statements[0])
 
 
-def _cell(v: Any) -> Any:
-    if v is None or isinstance(v, (str, int, bool)):
-        return v
-    raise StoreProtocolError(f"postgres: a column of type {type(v).__name__} (the core reads text, integers, booleans)")
+def _decode(request: StoreRequest, names: list[str], rows: list[tuple[Any, ...]]) -> StoreAnswer:
+    """The answer the core reads from the statement's rows."""
+    return _native.sql_answer(request, "postgres", [(names, rows)])
 
 
-def _decode(request: str, names: list[str], rows: list[tuple[Any, ...]]) -> str:
-    results = [[[[n, _cell(v)] for n, v in zip(names, row)] for row in rows]]
-    return str(_native.sql_decode(request, "postgres", json.dumps(results, separators=(",", ":"))))
-
-
-def _check_request(request: object) -> str:
-    if not isinstance(request, str):
-        raise InvalidTypeError(f"execute_json: a StoreRequest as JSON text, got {_check.describe(request)}")
-    return request
-
-
-def _core_statement(st: dict[str, Any]) -> tuple[str, list[Any]]:
-    """A statement of the core (``{sql, params}``) in psycopg's placeholder style."""
-    rendered = _cache.get(st["sql"])
+def _placed(sql: str, params: list[Any]) -> tuple[str, list[Any]]:
+    """A statement of the core (``$n`` placeholders) in psycopg's placeholder style."""
+    rendered = _cache.get(sql)
     if rendered is None:
         if len(_cache) > 256:
             _cache.clear()
-        rendered = _cache[st["sql"]] = _Rendered(st["sql"])
-    params = [_param(p) for p in st["params"]]
+        rendered = _cache[sql] = _Rendered(sql)
     return rendered.sql, [params[i] for i in rendered.order]
+
+
+def _core_statement(st: dict[str, Any]) -> tuple[str, list[Any]]:
+    """A statement of the core as JSON (``{sql, params}``, a receipt append's) in psycopg's
+    placeholder style."""
+    return _placed(st["sql"], [_param(p) for p in st["params"]])
 
 
 class _MigrationPlan:
@@ -379,8 +375,7 @@ class _Session:
             self.release()
             raise
 
-    def answer(self, request: str) -> str:
-        request = _check_request(request)
+    def answer(self, request: StoreRequest) -> StoreAnswer:
         sql, params = _statement(request)
         prepare = self.store._prepare
         names, rows = self.store._on(self.conn, "postgres", lambda c: _answer(c, sql, params, prepare, held=True))
@@ -427,8 +422,7 @@ class _AsyncSession:
             self.release()
             raise
 
-    async def answer(self, request: str) -> str:
-        request = _check_request(request)
+    async def answer(self, request: StoreRequest) -> StoreAnswer:
         sql, params = _statement(request)
         names, rows = await self.store._on(self.conn, "postgres", sql, params, self.store._prepare, held=True)
         return _decode(request, names, rows)
@@ -465,7 +459,7 @@ class _AsyncSession:
             self.turn.release()
 
 
-class PsycopgLeaseStore:
+class PsycopgLeaseStore(SqlStore):
     """A heart-fleet store over a psycopg 3 ``Connection`` (blocking).
 
     ``PsycopgLeaseStore(conn)`` wraps your connection (autocommit recommended: each request
@@ -537,18 +531,10 @@ class PsycopgLeaseStore:
         except psycopg.Error as e:
             raise StoreUnavailableError(_missed(what, self._deadline.timeout_s, e) if fired else f"{what}: {e}") from e
 
-    def execute_json(self, request: str) -> str:
-        """The store contract's text form: StoreRequest JSON text -> StoreAnswer JSON text."""
-        request = _check_request(request)
+    def _execute(self, request: StoreRequest) -> StoreAnswer:
         sql, params = _statement(request)
         names, rows = self._run("postgres", lambda conn: _answer(conn, sql, params, self._prepare))
         return _decode(request, names, rows)
-
-    def execute(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """The store contract: a :class:`StoreRequest` (or a mapping in its JSON shape) -> its
-        StoreAnswer (a dict)."""
-        answer: dict[str, Any] = json.loads(self.execute_json(_check.request_text(request)))
-        return answer
 
     def receipt_sink(
         self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None, *, signing_keys: Sequence[str] = ()
@@ -610,7 +596,7 @@ class PsycopgLeaseStore:
         ]
 
 
-class AsyncPsycopgLeaseStore:
+class AsyncPsycopgLeaseStore(AsyncSqlStore):
     """A heart-fleet store over a psycopg 3 ``AsyncConnection``: ``execute_json`` is a
     coroutine, so the ``*_async`` API awaits PostgreSQL and the event loop keeps running.
 
@@ -668,9 +654,7 @@ class AsyncPsycopgLeaseStore:
             self._lock = asyncio.Lock()
         return self._lock
 
-    async def execute_json(self, request: str) -> str:
-        """The store contract's text form, awaited."""
-        request = _check_request(request)
+    async def _execute(self, request: StoreRequest) -> StoreAnswer:
         sql, params = _statement(request)
         async with self._turn():
             conn = await self._live()
@@ -713,11 +697,6 @@ class AsyncPsycopgLeaseStore:
                 await conn.close()  # in an unknown state: the next request connects again
         names = [c.name for c in cur.description] if cur.description else []
         return names, rows
-
-    async def execute(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """The store contract, awaited."""
-        answer: dict[str, Any] = json.loads(await self.execute_json(_check.request_text(request)))
-        return answer
 
     def receipt_sink(
         self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None, *, signing_keys: Sequence[str] = ()

@@ -35,7 +35,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _check
@@ -43,6 +43,8 @@ from . import _driver
 from . import _native
 from . import _receipt_table
 from ._driver import CancelledAfterCommit
+from ._native import StoreAnswer, StoreRequest
+from ._sql_store import AsyncSqlStore, SqlStore
 from .errors import InvalidInputError, InvalidTypeError, StoreProtocolError, StoreUnavailableError
 from .types import HeartReceipt
 
@@ -143,7 +145,7 @@ async def _uninterrupted(fut: asyncio.Future[Any]) -> Any:
                 return fut.result()
 
 
-async def _on_thread(fn: Callable[[str, _Gate], str], request: str) -> str:
+async def _on_thread(fn: Callable[[StoreRequest, _Gate], StoreAnswer], request: StoreRequest) -> StoreAnswer:
     """Runs ``fn(request, gate)`` on a worker thread with the cancellation protocol above."""
     gate = _Gate()
     loop = asyncio.get_running_loop()
@@ -211,11 +213,9 @@ class _Session:
                 raise StoreUnavailableError(f"sqlite: {e}") from e
             raise
 
-    def answer(self, request: str) -> str:
-        store = self.store
-        statements = store._rendered(request)
+    def answer(self, request: StoreRequest) -> StoreAnswer:
         try:
-            return store._decode(request, store._run(statements))
+            return self.store._answer(request)
         except sqlite3.Error as e:
             raise StoreUnavailableError(f"sqlite: {e}") from e
 
@@ -261,8 +261,8 @@ class _ThreadSession:
             self.thread.shutdown(wait=False)  # it gave back the lock: nothing to release
             raise
 
-    async def answer(self, request: str) -> str:
-        answer: str = await self._on_thread(self.session.answer, request)
+    async def answer(self, request: StoreRequest) -> StoreAnswer:
+        answer: StoreAnswer = await self._on_thread(self.session.answer, request)
         return answer
 
     async def rows(self, statement: dict[str, Any]) -> list[list[list[Any]]]:
@@ -280,7 +280,7 @@ class _ThreadSession:
         self.thread.shutdown(wait=False)
 
 
-class SqliteLeaseStore:
+class SqliteLeaseStore(SqlStore):
     """A heart-fleet store over one ``sqlite3`` connection (thread-safe: requests are
     serialized by a lock, so a heartbeat thread may share it).
 
@@ -370,47 +370,28 @@ class SqliteLeaseStore:
                 out.append((name, seen == 0))
         return out
 
-    def _run(self, statements: list[dict[str, Any]]) -> list[list[list[list[Any]]]]:
+    def _answer(self, request: StoreRequest) -> StoreAnswer:
+        """The statements the core renders for ``request``, run on the connection (inside the
+        caller's transaction), and the answer the core reads from their rows."""
         conn = self._conn
-        results: list[list[list[list[Any]]]] = []
+        results: list[tuple[list[str], list[Any]]] = []
         now: str | None = None
-        for st in statements:
-            cur = conn.execute(st["sql"], [_bind(p, now) for p in st["params"]])
+        for sql, params in _native.sql_statements(request, "sqlite"):
+            if None in params:  # SQLite's `now`: the text the clock read returned
+                if now is None:
+                    raise StoreProtocolError("sqlite: the now parameter before the clock read")
+                params = [now if p is None else p for p in params]
+            cur = conn.execute(sql, params)
             names = [d[0] for d in cur.description] if cur.description else []
-            rows = [[[n, v] for n, v in zip(names, row)] for row in cur.fetchall()]
-            if now is None and rows:
-                for n, v in rows[0]:
-                    if n == "now" and isinstance(v, str):
-                        now = v
-                        break
-            results.append(rows)
-        return results
+            rows = cur.fetchall()
+            if now is None and rows and "now" in names:
+                clock = rows[0][names.index("now")]
+                now = clock if isinstance(clock, str) else None
+            results.append((names, rows))
+        return _native.sql_answer(request, "sqlite", results)
 
-    def execute_json(self, request: str) -> str:
-        """The store contract's text form: StoreRequest JSON text -> StoreAnswer JSON text."""
-        return self._execute(request, None)
-
-    @staticmethod
-    def _decode(request: str, results: list[list[list[list[Any]]]]) -> str:
-        try:
-            text = json.dumps(results, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as e:
-            raise StoreProtocolError(f"sqlite: a column the core cannot read: {e}") from e
-        return str(_native.sql_decode(request, "sqlite", text))
-
-    @staticmethod
-    def _rendered(request: str) -> list[dict[str, Any]]:
-        """The statements the core renders for ``request`` (JSON text)."""
-        if not isinstance(request, str):
-            raise InvalidTypeError("execute_json: a StoreRequest as JSON text")
-        if not _check.wellformed(request):
-            raise _check.ill_formed("execute_json: the request")
-        statements: list[dict[str, Any]] = json.loads(_native.sql_render(request, "sqlite"))
-        return statements
-
-    def _execute(self, request: str, gate: _Gate | None) -> str:
+    def _execute(self, request: StoreRequest, gate: _Gate | None = None) -> StoreAnswer:
         """One request in one transaction; with ``gate``, the cancellation protocol (module docs)."""
-        statements = self._rendered(request)
         with self._lock:
             if gate is not None and gate.cancelled:
                 raise _NotCommitted("cancelled before it started")
@@ -418,10 +399,9 @@ class SqliteLeaseStore:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    results = self._run(statements)
                     # Decoded before the COMMIT: an answer that cannot be decoded writes nothing,
                     # and nothing but the COMMIT is left after the commit point.
-                    answer = self._decode(request, results)
+                    answer = self._answer(request)
                     if gate is not None and not gate.commit():
                         raise _NotCommitted("cancelled before its commit")
                     conn.execute("COMMIT")
@@ -465,14 +445,8 @@ class SqliteLeaseStore:
             self, append_now, lambda: _Session(self), lambda: _receipt_table.appender("sqlite", keys), report
         )
 
-    def execute(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """The store contract: a :class:`StoreRequest` (or a mapping in its JSON shape) -> its
-        StoreAnswer (a dict)."""
-        answer: dict[str, Any] = json.loads(self.execute_json(_check.request_text(request)))
-        return answer
 
-
-class AsyncSqliteLeaseStore:
+class AsyncSqliteLeaseStore(AsyncSqlStore):
     """:class:`SqliteLeaseStore` for the asyncio API: each request runs on a worker thread,
     so the event loop keeps running while SQLite works or waits for another process's write
     lock. Same arguments as :class:`SqliteLeaseStore`; ``sync`` is the blocking store
@@ -492,20 +466,9 @@ class AsyncSqliteLeaseStore:
     ) -> None:
         self.sync = SqliteLeaseStore(path, connection=connection, migrate=migrate, timeout=timeout)
 
-    async def execute_json(self, request: str) -> str:
-        """The store contract's text form, on a worker thread (cancellation: the module docs)."""
-        if not isinstance(request, str):
-            raise InvalidTypeError("execute_json: a StoreRequest as JSON text")
+    async def _execute(self, request: StoreRequest) -> StoreAnswer:
+        # On a worker thread, with the cancellation protocol (the module docs).
         return await _on_thread(self.sync._execute, request)
-
-    async def execute(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """The store contract, on a worker thread."""
-        try:
-            text = await self.execute_json(_check.request_text(request))
-        except CancelledAfterCommit as c:
-            raise CancelledAfterCommit(json.loads(c.answer)) from None
-        answer: dict[str, Any] = json.loads(text)
-        return answer
 
     async def migrate(self) -> list[tuple[str, bool]]:
         """:meth:`SqliteLeaseStore.migrate`, on a worker thread."""
