@@ -34,7 +34,7 @@ import heart_fleet as hf
 KINDS = ("sqlite", "sqlite-async", "postgres", "postgres-async")
 
 
-def store_of(kind: str) -> Any:
+def store_of(kind: str, loop: asyncio.AbstractEventLoop) -> Any:
     if kind.startswith("sqlite"):
         path = os.path.join(tempfile.mkdtemp(prefix="heart-bench-"), "fleet.db")
         return hf.AsyncSqliteLeaseStore(path) if kind.endswith("-async") else hf.SqliteLeaseStore(path)
@@ -42,8 +42,7 @@ def store_of(kind: str) -> Any:
     if not url:
         raise SystemExit("sql_stores.py: the postgres kinds need DATABASE_URL")
     if kind.endswith("-async"):
-        store = asyncio.run(hf.AsyncPsycopgLeaseStore.connect(url))
-        return store
+        return loop.run_until_complete(hf.AsyncPsycopgLeaseStore.connect(url))
     store = hf.PsycopgLeaseStore.connect(url)
     store.migrate()
     return store
@@ -53,10 +52,10 @@ def main() -> None:
     if len(sys.argv) != 3 or sys.argv[1] not in KINDS:
         raise SystemExit(f"usage: sql_stores.py {{{','.join(KINDS)}}} N")
     kind, n = sys.argv[1], int(sys.argv[2])
-    store = store_of(kind)
+    loop = asyncio.new_event_loop()  # the asyncio kinds' one loop, the connection's too
+    store = store_of(kind, loop)
     heart = hf.HeartFleet(store, on_receipt=lambda r: None)
     if kind.endswith("-async"):
-        loop = asyncio.new_event_loop()
         if kind.startswith("postgres"):
             loop.run_until_complete(store.migrate())
         run_id = loop.run_until_complete(heart.ensure_resource_run_async("bench", f"cycle-{os.getpid()}")).run.id

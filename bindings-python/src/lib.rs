@@ -449,6 +449,10 @@ type Suspended = (Py<PyAny>, Py<PyAny>, f64);
 /// `types.CoroutineType`, looked up once.
 static COROUTINE_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
+/// `inspect.isawaitable`, looked up once: an answer that is awaitable in any of the ways
+/// `await` accepts is awaited, as `run_async` awaits it.
+static ISAWAITABLE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
 #[pymethods]
 impl NativeOp {
     /// The current step (JSON text): the need, or once done, the final step.
@@ -599,7 +603,7 @@ impl NativeOp {
                 Ok(v)
                     if !v.is_instance_of::<StoreAnswer>()
                         && !v.is_instance_of::<PyString>()
-                        && v.hasattr(intern!(py, "__await__"))? =>
+                        && ISAWAITABLE.import(py, "inspect", "isawaitable")?.call1((&v,))?.is_truthy()? =>
                 {
                     return Ok(Some((v.unbind(), py.None(), called.elapsed().as_secs_f64())));
                 }

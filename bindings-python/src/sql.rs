@@ -42,12 +42,17 @@ pub(crate) fn sql_statements<'py>(
         .collect()
 }
 
+/// What one statement returned: its column names and its rows.
+type StatementRows<'py> = (Vec<Bound<'py, PyString>>, Vec<Bound<'py, PyAny>>);
+
 /// One cell as the core reads it: `None`, `bool`, `int` (64-bit), `float` or `str`.
 fn cell(dialect: &str, v: &Bound<'_, PyAny>) -> PyResult<SqlValue> {
     if v.is_none() {
         Ok(SqlValue::Null)
     } else if let Ok(s) = v.cast::<PyString>() {
-        Ok(SqlValue::Text(s.to_str()?.to_owned()))
+        let text =
+            s.to_str().map_err(|_| protocol(format!("{dialect}: text with no UTF-8 form (a lone surrogate)")))?;
+        Ok(SqlValue::Text(text.to_owned()))
     } else if let Ok(b) = v.cast::<PyBool>() {
         Ok(SqlValue::Bool(b.is_true()))
     } else if let Ok(n) = v.cast::<PyInt>() {
@@ -71,11 +76,16 @@ fn cell(dialect: &str, v: &Bound<'_, PyAny>) -> PyResult<SqlValue> {
 pub(crate) fn sql_answer(
     request: &StoreRequest,
     dialect: &str,
-    results: Vec<(Vec<String>, Vec<Bound<'_, PyAny>>)>,
+    results: Vec<StatementRows<'_>>,
 ) -> PyResult<StoreAnswer> {
     let dialect_of = heart_fleet_core::bridge::dialect(dialect).map_err(py_err)?;
     let mut sets = Vec::with_capacity(results.len());
     for (names, rows) in results {
+        let names = names
+            .iter()
+            .map(|n| n.to_str().map(str::to_owned))
+            .collect::<PyResult<Vec<String>>>()
+            .map_err(|_| protocol(format!("{dialect}: a column name with no UTF-8 form (a lone surrogate)")))?;
         let mut set: Vec<SqlRow> = Vec::with_capacity(rows.len());
         for row in rows {
             let row: Vec<Bound<'_, PyAny>> = row.extract().map_err(|_| {

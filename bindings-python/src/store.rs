@@ -148,7 +148,7 @@ mapping_methods!(StoreRequest
     }
 );
 
-/// One store answer as a Rust store made it (the memory store's `execute` of a
+/// One store answer as the core made it (the memory store's or a SQL store's `execute` of a
 /// [`StoreRequest`]): return it from a store object's `execute` as it is. Reads as the
 /// answer's JSON shape (an immutable mapping: `answer["reply"]`, `to_dict()`, `to_json()`).
 #[pyclass(module = "heart_fleet", frozen, mapping)]

@@ -240,6 +240,27 @@ def test_a_write_committed_as_store_timeout_cancels_it_is_recorded() -> None:
     assert heart.metrics.acquire_wins == 1
 
 
+def test_a_committed_write_the_timeout_reports_as_timeout_error_is_recorded() -> None:
+    """From Python 3.13 asyncio.timeout turns a CancelledError subclass raised at the deadline
+    into TimeoutError (the subclass its cause): the committed write is still recorded. Here
+    the store raises what 3.13's timeout would."""
+
+    class CommitsThenTimesOut(CommitsWhenCancelled):
+        async def execute_json(self, text: str) -> str:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise TimeoutError() from CancelledAfterCommit(self.memory.execute_json(text))
+            raise AssertionError("never set")
+
+    store = CommitsThenTimesOut()
+    heart = hf.HeartFleet(store, store_timeout=0.05)
+    a = asyncio.run(heart.acquire_async("r1", "w", 60))
+    assert store.cancelled == 1 and a.acquired and a.fence is not None, a
+    assert store.memory.get_run("r1").lease_owner == "w" and heart.metrics.acquire_wins == 1
+
+
 def test_a_caller_cancellation_reaches_the_store_and_a_finished_write_is_returned() -> None:
     store = CommitsWhenCancelled()
     heart = hf.HeartFleet(store, store_timeout=0.2)

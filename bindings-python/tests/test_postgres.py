@@ -69,12 +69,13 @@ def test_the_fleet_hands_the_psycopg_stores_execute_the_core_request_and_its_tex
         raise AssertionError("the fleet took the text path")
 
     with hf.PsycopgLeaseStore.connect(pg_url) as store:
-        handed: list[type] = []
+        handed: list[str] = []
         compared: list[str] = []
         execute = store.execute
 
         def recording(request: Any) -> Any:
-            handed.append(type(request))
+            assert type(request) is hf.StoreRequest
+            handed.append(request.op)
             answer = execute(request)
             assert type(answer) is hf.StoreAnswer
             if request.op == "read_run":
@@ -90,16 +91,17 @@ def test_the_fleet_hands_the_psycopg_stores_execute_the_core_request_and_its_tex
         a = heart.acquire(rid, "worker-A", 60)
         assert a.fence is not None and heart.verify_fence(a.fence)
         assert heart.get_run(rid) is not None and heart.release(a.fence, "failed") is not None
-        assert set(handed) == {hf.StoreRequest} and len(handed) == 4 and compared == ["read_run"], handed
+        assert handed == ["update_run", "update_run", "read_run", "update_run"] and compared == ["read_run"], handed
 
     async def go() -> None:
         store = await hf.AsyncPsycopgLeaseStore.connect(pg_url)
         try:
-            handed: list[type] = []
+            handed: list[str] = []
             execute = store.execute
 
             async def recording(request: Any) -> Any:
-                handed.append(type(request))
+                assert type(request) is hf.StoreRequest
+                handed.append(request.op)
                 answer = await execute(request)
                 assert type(answer) is hf.StoreAnswer
                 return answer
@@ -109,13 +111,32 @@ def test_the_fleet_hands_the_psycopg_stores_execute_the_core_request_and_its_tex
             a = await heart.acquire_async(async_rid, "worker-B", 60)
             assert a.fence is not None and a.fence.epoch == 1
             assert await heart.release_async(a.fence, "failed") is not None
-            assert set(handed) == {hf.StoreRequest} and len(handed) == 2, handed
-            text = await store.execute_json(json.dumps({"op": "read_run", "run_id": async_rid}))
-            assert json.loads(text)["reply"]["run"]["status"] == "failed"
+            assert handed == ["update_run", "update_run"], handed
+            read = hf._native.parse_store_request(json.dumps({"op": "read_run", "run_id": async_rid}))
+            typed = await execute(read)
+            text = json.loads(await store.execute_json(read.to_json()))
+            assert text["reply"] == typed.to_dict()["reply"] and text["reply"]["run"]["status"] == "failed"
         finally:
             await store.close()
 
     asyncio.run(go())
+
+
+def test_a_connection_with_its_own_row_factory_still_serves_the_stores(pg_url: str) -> None:
+    import psycopg
+    from psycopg.rows import dict_row
+
+    rid = pg_run_id()
+    seed_pg_run(pg_url, rid)
+    conninfo, kwargs = plain_conninfo(pg_url)
+    conn = psycopg.connect(conninfo, autocommit=True, row_factory=dict_row, **kwargs)
+    try:
+        heart = hf.HeartFleet(hf.PsycopgLeaseStore(conn))
+        a = heart.acquire(rid, "worker-A", 60)
+        assert a.acquired and a.fence is not None and heart.release(a.fence, "completed") is not None
+        assert conn.execute("SELECT status FROM agent_runs WHERE id = %s", (rid,)).fetchone() == {"status": "completed"}
+    finally:
+        conn.close()
 
 
 def test_concurrent_acquires_on_separate_connections_have_one_winner(pg_url: str) -> None:

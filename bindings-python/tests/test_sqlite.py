@@ -163,9 +163,14 @@ def test_a_fleet_hands_the_sqlite_stores_execute_the_core_request(tmp_path: Path
             handed.append(type(request))
             return execute(request)
 
+        async def recording_async(request: Any, execute: Any = execute, handed: list[type] = handed) -> Any:
+            handed.append(type(request))
+            return await execute(request)
+
         store.execute_json = no_text  # type: ignore[method-assign,assignment]
-        store.execute = recording  # type: ignore[method-assign]
         heart = hf.HeartFleet(store)
+        assert not heart._text_store and heart._async_store is isinstance(store, hf.AsyncSqliteLeaseStore)
+        store.execute = recording if isinstance(store, hf.SqliteLeaseStore) else recording_async  # type: ignore[method-assign]
         if isinstance(store, hf.SqliteLeaseStore):
             run = heart.ensure_resource_run("job", "typed").run
             a = heart.acquire(run.id, "w", 60)
@@ -181,12 +186,30 @@ def test_a_fleet_hands_the_sqlite_stores_execute_the_core_request(tmp_path: Path
         assert handed and set(handed) == {hf.StoreRequest}, handed
 
 
-def test_rows_the_core_cannot_read_are_a_store_protocol_error() -> None:
+def test_a_subclass_that_overrides_execute_json_keeps_being_handed_text(tmp_path: Path) -> None:
+    class Logged(hf.SqliteLeaseStore):
+        texts: list[str] = []
+
+        def execute_json(self, request: str) -> str:
+            self.texts.append(request)
+            return super().execute_json(request)
+
+    store = Logged(tmp_path / "fleet.db")
+    heart = hf.HeartFleet(store)
+    run = heart.ensure_resource_run("job", "logged").run
+    assert heart.acquire(run.id, "w", 60).acquired
+    assert len(store.texts) == 2 and json.loads(store.texts[-1])["op"] == "update_run"
+
+
+def test_rows_the_core_cannot_read_and_requests_that_are_not_one_are_store_protocol_errors() -> None:
     request = hf._native.parse_store_request(hf._native.store_request("now", "{}"))
     assert request.op == "now"
-    for bad in ([(b"bytes",)], [(1 << 64,)], [("2026-07-30T00:00:00.000Z", "one too many")], [object()]):
+    bad_rows = ([(b"bytes",)], [(1 << 64,)], [("2026-07-30T00:00:00.000Z", "one too many")], [object()], [("\ud800",)])
+    for bad in bad_rows:
         with pytest.raises(hf.StoreProtocolError):
             hf._native.sql_answer(request, "sqlite", [(["now"], bad)])
+    with pytest.raises(hf.StoreProtocolError):
+        hf._native.sql_answer(request, "sqlite", [(["n\ud800"], [("2026-07-30T00:00:00.000Z",)])])
     with pytest.raises(hf.InvalidInputError):
         hf._native.sql_answer(request, "mysql", [])
     with pytest.raises(hf.StoreProtocolError):

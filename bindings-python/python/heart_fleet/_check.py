@@ -363,8 +363,6 @@ def coded_methods(cls: type) -> type:
     return cls
 
 
-
-
 def to_json(value: object, what: str) -> str:
     """JSON text of a JSON-able value (finite numbers, str keys); anything else is invalid input."""
     try:

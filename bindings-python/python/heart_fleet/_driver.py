@@ -29,7 +29,7 @@ from types import CoroutineType
 from typing import Any, Concatenate, NamedTuple, ParamSpec, Protocol, TypeVar, overload
 
 from . import _check
-from ._native import StoreAnswer
+from ._native import StoreAnswer, StoreRequest
 from .errors import InvalidTypeError, StoreUnavailableError, error_for_code
 
 _T = TypeVar("_T")
@@ -63,7 +63,7 @@ class Held(Protocol):
 
     @property
     def is_open(self) -> bool: ...
-    def execute(self, request: str, timeout: float | None) -> Generator[Call, Sent, Any]: ...
+    def execute(self, request: StoreRequest, timeout: float | None) -> Generator[Call, Sent, Any]: ...
     def receipt(self, receipt: str) -> None: ...
     def settle(self) -> Generator[Call, Sent, Any]: ...
     def abandon(self) -> None: ...
@@ -386,9 +386,13 @@ async def _within(awaitable: Any, seconds: float, when: float) -> Any:
         if deadline.expired() and (task is None or task.cancelling() == cancelling):
             return c.answer  # the deadline's cancellation, after the write: keep the write
         raise  # the caller's cancellation: run_async records the write and decides
-    except Exception:  # noqa: BLE001 - the deadline's TimeoutError, or what the store raised
+    except Exception as e:  # noqa: BLE001 - the deadline's TimeoutError, or what the store raised
         if not deadline.expired():
             raise
+        # Python 3.13's timeout turns a CancelledError subclass into TimeoutError: the write
+        # the store committed as the deadline cancelled it is still kept.
+        if isinstance(e.__cause__, CancelledAfterCommit) and (task is None or task.cancelling() == cancelling):
+            return e.__cause__.answer
     raise StoreUnavailableError(f"the store gave no answer within {seconds:g} s (store_timeout)")
 
 

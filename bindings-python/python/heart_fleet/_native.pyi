@@ -1,8 +1,9 @@
 """Type stubs of the native module (heart_fleet._native, pyo3 over heart_fleet_core::bridge).
 
-Private: the public API is the heart_fleet package. The lease cycle's record classes are
-built in Rust (the package exports them); apart from them, what crosses is JSON text, a str,
-an int or a bool.
+Private: the public API is the heart_fleet package. The lease cycle's record classes and the
+store contract's StoreRequest and StoreAnswer are built in Rust (the package exports them);
+apart from them, what crosses is JSON text, a str, an int, a bool, or (the SQL stores'
+statements and rows) lists and tuples of those.
 """
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -264,8 +265,8 @@ class StoreRequest(_StoreValue):
 
 @final
 class StoreAnswer(_StoreValue):
-    """One store answer as a Rust store made it (``MemoryLeaseStore.execute``; an immutable
-    mapping in the answer's JSON shape)."""
+    """One store answer as the core made it (``MemoryLeaseStore.execute``, the SQL stores'
+    ``execute``; an immutable mapping in the answer's JSON shape)."""
 
 @final
 class NativeFleet:

@@ -35,11 +35,15 @@ def _as_handed(request: object, answer: Any) -> Any:
     return answer if type(request) is StoreRequest else answer.to_dict()
 
 
+def typed(store: object) -> bool:
+    """Whether a fleet hands ``store``'s ``execute`` the core's StoreRequest, though it has
+    ``execute_json``: a SQL store's own ``execute_json`` (a subclass that overrides it, to log
+    say, keeps getting text)."""
+    return getattr(type(store), "execute_json", None) in (SqlStore.execute_json, AsyncSqlStore.execute_json)
+
+
 class SqlStore:
     """The blocking SQL stores' ``execute`` and ``execute_json``."""
-
-    # The fleet hands execute the StoreRequest, though the store has execute_json.
-    _typed_execute = True
 
     def _execute(self, request: StoreRequest) -> StoreAnswer:
         raise NotImplementedError
@@ -61,8 +65,6 @@ class SqlStore:
 class AsyncSqlStore:
     """:class:`SqlStore` awaited. An answer a cancellation let through
     (:class:`CancelledAfterCommit`) is in the form of the request too."""
-
-    _typed_execute = True
 
     async def _execute(self, request: StoreRequest) -> StoreAnswer:
         raise NotImplementedError

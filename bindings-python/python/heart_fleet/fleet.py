@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from . import _check, _driver, _native, _receipt_table
+from . import _check, _driver, _native, _receipt_table, _sql_store
 from ._driver import Plan, twins
 from .errors import InvalidTypeError
 from .memory import MemoryLeaseStore
@@ -137,9 +137,9 @@ class HeartFleet:
         self._on_receipt = on_receipt
         # The sink is this store's receipt sink: receipts commit with their writes (_receipt_table).
         self._holds_receipts = isinstance(on_receipt, _receipt_table.ReceiptSink) and on_receipt.store is store
-        # A store with execute_json takes text, unless its execute takes the core's StoreRequest
-        # as it is (the SQL stores: no JSON either way).
-        self._text_store = callable(getattr(store, "execute_json", None)) and not getattr(store, "_typed_execute", False)
+        # A store with execute_json takes text, unless it is the SQL stores' own: their execute
+        # takes the core's StoreRequest as it is (no JSON either way).
+        self._text_store = callable(getattr(store, "execute_json", None)) and not _sql_store.typed(store)
         method = getattr(store, "execute_json" if self._text_store else "execute", None)
         self._async_store = inspect.iscoroutinefunction(method)
         self._native = _native.NativeFleet(max_retries, on_receipt is not None)

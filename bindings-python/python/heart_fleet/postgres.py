@@ -293,7 +293,10 @@ def _statement(request: StoreRequest) -> tuple[str, list[Any]]:
     statements = _native.sql_statements(request, "postgres")
     if len(statements) != 1:
         raise StoreProtocolError(f"postgres: render gave {len(statements)} statements, not one")
-    return _placed(*statements[0])
+    sql, params = statements[0]
+    if None in params:
+        raise StoreProtocolError("postgres: the core rendered SQLite's now parameter")
+    return _placed(sql, params)
 
 
 def _decode(request: StoreRequest, names: list[str], rows: list[tuple[Any, ...]]) -> StoreAnswer:
@@ -333,11 +336,13 @@ class _MigrationPlan:
 def _answer(conn: Any, sql: str, params: Any, prepare: bool | None, held: bool = False) -> tuple[list[str], list[tuple[Any, ...]]]:
     """One statement, in a transaction block of its own unless the connection autocommits
     or it belongs to a held transaction: its column names and rows."""
+    # Rows as tuples, whatever row factory the connection was given.
+    cur = conn.cursor(row_factory=_psycopg().rows.tuple_row)
     if conn.autocommit or held:
-        cur = conn.execute(sql, params, prepare=prepare)
+        cur.execute(sql, params, prepare=prepare)
     else:
         with conn.transaction():
-            cur = conn.execute(sql, params, prepare=prepare)
+            cur.execute(sql, params, prepare=prepare)
     if not cur.description:  # an INSERT without RETURNING (a receipt)
         return [], []
     return [c.name for c in cur.description], cur.fetchall()
@@ -597,8 +602,9 @@ class PsycopgLeaseStore(SqlStore):
 
 
 class AsyncPsycopgLeaseStore(AsyncSqlStore):
-    """A heart-fleet store over a psycopg 3 ``AsyncConnection``: ``execute_json`` is a
-    coroutine, so the ``*_async`` API awaits PostgreSQL and the event loop keeps running.
+    """A heart-fleet store over a psycopg 3 ``AsyncConnection``: ``execute`` (and
+    ``execute_json``) is a coroutine, so the ``*_async`` API awaits PostgreSQL and the event
+    loop keeps running.
 
     ``AsyncPsycopgLeaseStore(aconn)``, or ``await AsyncPsycopgLeaseStore.connect(conninfo)``
     (autocommit; ``await store.close()``). Each request's statement waits at most
@@ -670,11 +676,12 @@ class AsyncPsycopgLeaseStore(AsyncSqlStore):
         psycopg = _psycopg()
 
         async def run() -> tuple[Any, list[tuple[Any, ...]]]:
+            cur = conn.cursor(row_factory=psycopg.rows.tuple_row)  # whatever the connection's
             if conn.autocommit or held:
-                cur = await conn.execute(sql, params, prepare=prepare)
+                await cur.execute(sql, params, prepare=prepare)
                 return cur, (await cur.fetchall() if cur.description else [])
             async with conn.transaction():
-                cur = await conn.execute(sql, params, prepare=prepare)
+                await cur.execute(sql, params, prepare=prepare)
                 return cur, (await cur.fetchall() if cur.description else [])
 
         task = asyncio.ensure_future(run())
