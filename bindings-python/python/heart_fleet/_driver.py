@@ -170,13 +170,12 @@ def _settle(method: Callable[[Any], Any], outcome: Any, raised: bool) -> tuple[s
     answered something other than a :class:`StoreAnswer` or text: ``(None, answer text)``, or
     ``(code, why)`` when it failed or answered nonsense, as :func:`run_sync` and
     :func:`_steps` would hand it to the machine."""
-    if raised:
-        return "store-unavailable", message_of(outcome)
-    try:
-        _refuse_awaitable(method, outcome)
-    except InvalidTypeError as e:
-        return "store-unavailable", message_of(e)
-    return _store_answer(outcome)
+    if not raised:
+        try:
+            _refuse_awaitable(method, outcome)
+        except InvalidTypeError as e:
+            return "store-unavailable", message_of(e)
+    return _settle_awaited(method, outcome, raised)
 
 
 def start(fleet: Fleetlike, kind: str, args_text: str, counted: Unsettled | None = None) -> Any:
@@ -379,19 +378,23 @@ async def _within(awaitable: Any, seconds: float, when: float) -> Any:
     task = asyncio.current_task()
     cancelling = task.cancelling() if task is not None else 0
     deadline = asyncio.timeout_at(when)
+
+    def deadline_cancelled() -> bool:  # the deadline's cancellation, not the caller's
+        return deadline.expired() and (task is None or task.cancelling() == cancelling)
+
     try:
         async with deadline:
             return await awaitable
     except CancelledAfterCommit as c:
-        if deadline.expired() and (task is None or task.cancelling() == cancelling):
-            return c.answer  # the deadline's cancellation, after the write: keep the write
+        if deadline_cancelled():
+            return c.answer  # after the write: keep the write
         raise  # the caller's cancellation: run_async records the write and decides
     except Exception as e:  # noqa: BLE001 - the deadline's TimeoutError, or what the store raised
         if not deadline.expired():
             raise
         # Python 3.13's timeout turns a CancelledError subclass into TimeoutError: the write
         # the store committed as the deadline cancelled it is still kept.
-        if isinstance(e.__cause__, CancelledAfterCommit) and (task is None or task.cancelling() == cancelling):
+        if isinstance(e.__cause__, CancelledAfterCommit) and deadline_cancelled():
             return e.__cause__.answer
     raise StoreUnavailableError(f"the store gave no answer within {seconds:g} s (store_timeout)")
 
@@ -541,8 +544,10 @@ async def _suspended(left: tuple[Any, Any, float], timeout: float | None) -> Any
 
 
 def _settle_awaited(method: Callable[[Any], Any], outcome: Any, raised: bool) -> tuple[str | None, Any]:
-    """:func:`_settle` for an asyncio store's answer, given without suspending (an awaitable
-    it answers is not a StoreAnswer: ``store-protocol``, as :func:`run_async` has it)."""
+    """What a store's outcome resumes its operation with (see :func:`_settle`, which refuses
+    a blocking store's awaitable first). For an asyncio store's answer, given without
+    suspending, an awaitable it answers is not a StoreAnswer: ``store-protocol``, as
+    :func:`run_async` has it."""
     return ("store-unavailable", message_of(outcome)) if raised else _store_answer(outcome)
 
 

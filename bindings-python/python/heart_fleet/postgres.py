@@ -381,10 +381,7 @@ class _Session:
             raise
 
     def answer(self, request: StoreRequest) -> StoreAnswer:
-        sql, params = _statement(request)
-        prepare = self.store._prepare
-        names, rows = self.store._on(self.conn, "postgres", lambda c: _answer(c, sql, params, prepare, held=True))
-        return _decode(request, names, rows)
+        return self.store._answer_on(self.conn, request, held=True)
 
     def rows(self, statement: dict[str, Any]) -> list[list[list[Any]]]:
         return self.store._statement_rows(self.conn, statement, held=True)
@@ -428,9 +425,7 @@ class _AsyncSession:
             raise
 
     async def answer(self, request: StoreRequest) -> StoreAnswer:
-        sql, params = _statement(request)
-        names, rows = await self.store._on(self.conn, "postgres", sql, params, self.store._prepare, held=True)
-        return _decode(request, names, rows)
+        return await self.store._answer_on(self.conn, request, held=True)
 
     async def rows(self, statement: dict[str, Any]) -> list[list[list[Any]]]:
         return await self.store._statement_rows(self.conn, statement, held=True)
@@ -537,9 +532,14 @@ class PsycopgLeaseStore(SqlStore):
             raise StoreUnavailableError(_missed(what, self._deadline.timeout_s, e) if fired else f"{what}: {e}") from e
 
     def _execute(self, request: StoreRequest) -> StoreAnswer:
+        with self._lock:
+            return self._answer_on(self._live(), request)
+
+    def _answer_on(self, conn: Any, request: StoreRequest, *, held: bool = False) -> StoreAnswer:
+        """One request's statement on ``conn``, within the deadline: the answer the core reads
+        from its rows."""
         sql, params = _statement(request)
-        names, rows = self._run("postgres", lambda conn: _answer(conn, sql, params, self._prepare))
-        return _decode(request, names, rows)
+        return _decode(request, *self._on(conn, "postgres", lambda c: _answer(c, sql, params, self._prepare, held)))
 
     def receipt_sink(
         self, on_error: Callable[[BaseException, HeartReceipt], None] | None = None, *, signing_keys: Sequence[str] = ()
@@ -661,11 +661,13 @@ class AsyncPsycopgLeaseStore(AsyncSqlStore):
         return self._lock
 
     async def _execute(self, request: StoreRequest) -> StoreAnswer:
-        sql, params = _statement(request)
         async with self._turn():
-            conn = await self._live()
-            names, rows = await self._on(conn, "postgres", sql, params, self._prepare)
-        return _decode(request, names, rows)
+            return await self._answer_on(await self._live(), request)
+
+    async def _answer_on(self, conn: Any, request: StoreRequest, *, held: bool = False) -> StoreAnswer:
+        """:meth:`PsycopgLeaseStore._answer_on`, awaited."""
+        sql, params = _statement(request)
+        return _decode(request, *await self._on(conn, "postgres", sql, params, self._prepare, held=held))
 
     async def _on(
         self, conn: Any, what: str, sql: str, params: Any, prepare: bool | None, *, held: bool = False
