@@ -1,30 +1,14 @@
 'use strict';
-// The schema's defaults of an agent_runs row, in one place: MemoryLeaseStore.insert fills a
-// run in with them, and so do heart-fleet-wasm's DenoKvLeaseStore.seed (bundled from here)
-// and the tests that build rows by hand.
+// A run row with the core's defaults (RunRow::seeded): MemoryLeaseStore.insert fills a run in
+// from it, and so do the LivenessStore pass (rows a store returns without every column),
+// heart-fleet-wasm's DenoKvLeaseStore.seed (bundled from here) and tests that build rows by
+// hand. The defaults live in Rust only.
 
-/** An agent_runs row with the schema's defaults: id `id`, created and updated at `at` (ISO text). */
+const native = require('./native.cjs');
+
+/** The run `id` with every other column at its default, created and updated at `at` (ISO text). */
 function runRow(id, at) {
-  return {
-    id,
-    task_id: null,
-    assignment_id: id,
-    objective: 'run',
-    required_capabilities: [],
-    status: 'ready',
-    assigned_agent: null,
-    lease_owner: null,
-    lease_expires_at: null,
-    retries: 0,
-    budget: null,
-    approval_state: 'auto',
-    visibility: 'team',
-    idempotency_key: `key:${id}`,
-    created_by: 'heart-fleet',
-    created_at: at,
-    updated_at: at,
-    fencing_epoch: 0,
-  };
+  return JSON.parse(native.seededRunJson(id, at));
 }
 
 module.exports = { runRow };

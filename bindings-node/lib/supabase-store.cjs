@@ -49,6 +49,7 @@ function randomUUID() {
 const { typeError, describe, knownKeys, int } = require('./util.cjs');
 const { defaults, maxCasRetries: MAX_CAS_RETRIES } = require('./contract.cjs');
 const { executeRequest, mentions, requestJson, simulate, decideRunWrite, runWritten } = require('./store-request.cjs');
+const { runRow } = require('./rows.cjs');
 
 const RUN_CAS = ['status', 'lease_owner', 'lease_expires_at', 'retries', 'fencing_epoch', 'updated_at'];
 /** The options of `new SupabaseLeaseStore({...})` and the keys of its `tables` (others are invalid input). */
@@ -292,15 +293,17 @@ class SupabaseLeaseStore {
       this._run(`read ${this.tables.runs}`, this.from('runs').select('*').eq('idempotency_key', req.idempotency_key).maybeSingle());
     const found = await find();
     if (found) return { now, reply: { kind: 'ensured', run: found, created: false } };
+    // What a new run starts with: the core's defaults (the table supplies the id).
+    const { required_capabilities, status, retries, approval_state, visibility } = runRow(req.idempotency_key, now);
     const { data, error } = await this.from('runs')
       .insert({
         assignment_id: randomUUID(),
         objective: req.objective,
-        required_capabilities: [],
-        status: 'ready',
-        retries: 0,
-        approval_state: 'auto',
-        visibility: 'team',
+        required_capabilities,
+        status,
+        retries,
+        approval_state,
+        visibility,
         idempotency_key: req.idempotency_key,
         created_by: req.created_by,
         created_at: now,

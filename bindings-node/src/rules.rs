@@ -24,6 +24,13 @@ pub fn instance_expired_ms(status: String, last_heartbeat_ms: f64, now_ms: f64, 
     bridge::instance_expired_ms(&status, last_heartbeat_ms, now_ms, ttl_ms)
 }
 
+/// The run `id` with every other column at the value a partial row leaves it (JSON; created
+/// and updated at `at`, ISO text): what a seeded or a store's partial row starts from.
+#[napi]
+pub fn seeded_run_json(id: String, at: String) -> napi::Result<String, crate::Code> {
+    bridge::seeded_run_json(&id, &at).map_err(crate::from_heart)
+}
+
 /// The reference's in-process effect ledger (`MemoryEffectLedger`): a set of
 /// `(runId, effectKey)`, lost with the process.
 #[napi]

@@ -898,6 +898,13 @@ fn contract() -> String {
     bridge::contract_json()
 }
 
+/// The run `id` with every other column at the value a partial row leaves it (JSON; created
+/// and updated at `at`, ISO text): what `MemoryLeaseStore.insert` fills a run in from.
+#[pyfunction]
+fn seeded_run_json(id: &str, at: &str) -> PyResult<String> {
+    bridge::seeded_run_json(id, at).map_err(py_err)
+}
+
 /// What a send records as its evidence when its result cannot be stored as JSON (JSON text).
 #[pyfunction]
 fn unstorable_evidence(kind: &str, reason: &str) -> String {
@@ -1035,6 +1042,7 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(native_replay, m)?)?;
     m.add_function(wrap_pyfunction!(store_request, m)?)?;
     m.add_function(wrap_pyfunction!(contract, m)?)?;
+    m.add_function(wrap_pyfunction!(seeded_run_json, m)?)?;
     m.add_function(wrap_pyfunction!(unstorable_evidence, m)?)?;
     m.add_function(wrap_pyfunction!(sql::sql_statements, m)?)?;
     m.add_function(wrap_pyfunction!(sql::sql_answer, m)?)?;

@@ -252,6 +252,14 @@ impl RunRow {
         }
     }
 
+    /// A run seeded without the columns a host left out: [`RunRow::ready`] with the
+    /// idempotency key `key:<id>`. The one source of a partial row's defaults: a store
+    /// row with the TypeScript package's methods, a memory store's `insert`, and the
+    /// hosts' seeding helpers ([`crate::bridge::seeded_run_json`]) start from it.
+    pub fn seeded(id: &str, at: Timestamp) -> RunRow {
+        RunRow::ready(id, format!("key:{id}"), at)
+    }
+
     /// The one expiry rule (deliberate fix 1): a held lease is expired iff its expiry is
     /// missing or `<= now` ([`lease_expired_at`]).
     pub fn lease_expired(&self, now: Timestamp) -> bool {

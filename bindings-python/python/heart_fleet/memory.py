@@ -15,6 +15,7 @@ __all__ = ["MemoryLeaseStore", "to_ms", "iso_of"]
 
 _MAX_MS = 8_640_000_000_000_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH_ISO = "1970-01-01T00:00:00.000Z"
 
 
 def to_ms(name: str, v: object) -> int:
@@ -40,31 +41,14 @@ def _full_row(run: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(run, Mapping):
         raise InvalidTypeError(f"insert: a run must be a mapping, got {_check.describe(run)}")
     rid = _check.text("run.id", run.get("id"))
-    row: dict[str, Any] = {
-        "id": rid,
-        "task_id": None,
-        "assignment_id": rid,
-        "objective": "run",
-        "required_capabilities": [],
-        "status": "ready",
-        "assigned_agent": None,
-        "lease_owner": None,
-        "lease_expires_at": None,
-        "retries": 0,
-        "budget": None,
-        "approval_state": "auto",
-        "visibility": "team",
-        "idempotency_key": f"key:{rid}",
-        "created_by": "heart-fleet",
-        "fencing_epoch": 0,
-    }
+    # The columns the run leaves out take the core's defaults (RunRow::seeded).
+    row: dict[str, Any] = json.loads(_native.seeded_run_json(rid, _EPOCH_ISO))
     for k, v in run.items():
         if not isinstance(k, str):
             raise InvalidTypeError(f"insert: column names are str, got {_check.describe(k)}")
         row[k] = iso_of(to_ms(f"run.{k}", v)) if isinstance(v, datetime) else v
     # insert() stamps both with the clock, as the reference does.
-    row["created_at"] = "1970-01-01T00:00:00.000Z"
-    row["updated_at"] = "1970-01-01T00:00:00.000Z"
+    row["created_at"] = row["updated_at"] = _EPOCH_ISO
     return row
 
 

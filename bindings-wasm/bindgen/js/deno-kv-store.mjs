@@ -40,7 +40,7 @@
 import native from './native-slot.cjs';
 // The Node package's coded errors and argument descriptions, bundled with its driver.
 import { codedError, typeError, describe } from '../../../bindings-node/lib/util.cjs';
-// The Node package's agent_runs defaults (MemoryLeaseStore.insert's), bundled with its driver.
+// A run with the core's defaults (RunRow::seeded, through the wasm module), bundled with the driver.
 import { runRow } from '../../../bindings-node/lib/rows.cjs';
 // The request dispatch it shares with SupabaseLeaseStore.
 import { executeRequest, mentions, decideRunWrite, runWritten } from '../../../bindings-node/lib/store-request.cjs';

@@ -41,6 +41,13 @@ pub fn instance_expired_ms(
     ))
 }
 
+/// The run `id` with every other column at the value a partial row leaves it (JSON; created
+/// and updated at `at`, ISO text): what a seeded or a store's partial row starts from.
+#[wasm_bindgen(js_name = seededRunJson)]
+pub fn seeded_run_json(id: JsValue, at: JsValue) -> Result<String, JsValue> {
+    bridge::seeded_run_json(&crate::text("id", &id)?, &crate::text("at", &at)?).map_err(crate::from_heart)
+}
+
 /// The reference's in-process effect ledger (`MemoryEffectLedger`): a set of
 /// `(runId, effectKey)`, lost with the page or process.
 #[wasm_bindgen]

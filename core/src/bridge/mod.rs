@@ -162,6 +162,15 @@ pub fn contract_json() -> String {
     .to_string()
 }
 
+/// [`crate::RunRow::seeded`] as JSON text: the run `id` with every other column at the
+/// value a partial row leaves it (`ready`, no lease, assignment `id`, idempotency key
+/// `key:<id>`, created and updated at `at`, ISO-8601 text). Hosts overlay what a row they
+/// seed or read does have; they keep no copy of these defaults.
+pub fn seeded_run_json(id: &str, at: &str) -> BridgeResult<String> {
+    let at = crate::Timestamp::parse_iso(at).map_err(|e| invalid(format!("seededRun: {e}")))?;
+    Ok(to_text(&crate::RunRow::seeded(id, at)))
+}
+
 /// [`crate::ops::unstorable_evidence`] as JSON text: what a send records as its evidence
 /// when its result cannot be stored as JSON.
 pub fn unstorable_evidence_json(kind: &str, reason: &str) -> String {

@@ -447,7 +447,7 @@ impl AgentRunsRow {
         .filter(|(given, _)| *given)
         .map(|(_, col)| col.name())
         .collect();
-        let mut run = RunRow::ready(run_id, format!("key:{run_id}"), at);
+        let mut run = RunRow::seeded(run_id, at);
         task_id.into_opt(&mut run.task_id);
         assignment_id.into(&mut run.assignment_id);
         objective.into(&mut run.objective);
@@ -985,6 +985,20 @@ mod tests {
         let a = answer(s.read(T0, r#"{"status":"ready","lease_owner":null,"retries":null}"#)).unwrap();
         let StoreReply::Run { run: Some(run) } = a.reply else { panic!("{a:?}") };
         assert_eq!((run.id.as_str(), run.retries, run.idempotency_key.as_str()), ("r", 0, "key:r"));
+        // A row with only its id is taken as the seeded run hosts start from.
+        let mut s = ReferenceStore::new(3);
+        call(s.start(StoreRequest::ReadRun { run_id: "r".into() }));
+        let a = answer(s.read(T0, r#"{"id":"r"}"#)).unwrap();
+        let StoreReply::Run { run: Some(run) } = a.reply else { panic!("{a:?}") };
+        let seeded = crate::bridge::seeded_run_json("r", "2026-07-30T00:00:00.000Z").unwrap();
+        assert_eq!(serde_json::to_value(run).unwrap(), serde_json::from_str::<Value>(&seeded).unwrap());
+    }
+
+    #[test]
+    fn a_seeded_run_needs_an_instant() {
+        let e = crate::bridge::seeded_run_json("r", "yesterday").unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidInput);
+        assert!(e.message.contains("seededRun"), "{}", e.message);
     }
 
     #[test]
