@@ -88,4 +88,9 @@ function decodeAnswer(text) {
   return { value, receipts };
 }
 
-module.exports = { decodeAnswer };
+/** The character between a compact text's values (the core's COMPACT_SEPARATOR). */
+function separator() {
+  return layouts().separator;
+}
+
+module.exports = { decodeAnswer, separator };

@@ -641,8 +641,9 @@ class HeartFleet {
     return drive(this, 'ensureResourceRun', {
       kind: str('kind', kind),
       key: str('key', key),
-      objective: o.objective === undefined ? `resource ${kind}:${key}` : str('objective', o.objective),
-      createdBy: o.createdBy === undefined ? `heart-fleet:${kind}` : str('createdBy', o.createdBy),
+      // Left out: the core's defaults (`resource <kind>:<key>`, `heart-fleet:<kind>`).
+      objective: o.objective === undefined ? undefined : str('objective', o.objective),
+      createdBy: o.createdBy === undefined ? undefined : str('createdBy', o.createdBy),
     });
   }
 

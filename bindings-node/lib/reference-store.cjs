@@ -31,12 +31,12 @@
 const native = require('./native.cjs');
 const { codedError, describe, messageOf, rethrowNative, isThenable, firstLine } = require('./util.cjs');
 const { runRow } = require('./rows.cjs');
+const { separator } = require('./compact.cjs');
 const contract = require('./contract.cjs');
 
 /** The TypeScript package's LeaseStore methods. */
 const LEASE_STORE_METHODS = contract.leaseStoreMethods;
 const WHO = 'LeaseStore';
-const SEP = '\x1f';
 
 /** The names in `methods` that `obj` does not have as functions. */
 function missingMethods(obj, methods) {
@@ -163,7 +163,7 @@ async function leaseStoreCall(target, text, calls) {
     }
     case 117: {
       // u: conditionalUpdate(runId, patch, {eq}), eq from the row as read
-      const [, runId, patch, columns] = text.split(SEP);
+      const [, runId, patch, columns] = text.split(separator());
       const raw = calls.rows.get(runId);
       const eq = {};
       if (columns) for (const c of columns.split(',')) eq[c] = raw[c];
@@ -172,7 +172,7 @@ async function leaseStoreCall(target, text, calls) {
     }
     case 102: {
       // f: findExpiredLeases(nowIso, limit)
-      const [, nowIso, limit] = text.split(SEP);
+      const [, nowIso, limit] = text.split(separator());
       const rows = await call(calls, 'findExpiredLeases', nowIso, Number(limit));
       if (Array.isArray(rows)) for (const r of rows) if (r !== null && typeof r === 'object' && typeof r.id === 'string') calls.rows.set(r.id, r);
       return target.resumeRows(rowText('findExpiredLeases', rows));

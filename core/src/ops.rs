@@ -869,6 +869,17 @@ pub fn list_instances() -> Machine<Vec<InstanceRow>> {
     })
 }
 
+/// The objective `ensureResourceRun` records when the caller gives none: `resource <kind>:<key>`.
+pub fn default_resource_objective(kind: &str, key: &str) -> String {
+    format!("resource {kind}:{key}")
+}
+
+/// Who `ensureResourceRun` records as a run's creator when the caller gives no one:
+/// `heart-fleet:<kind>`.
+pub fn default_resource_creator(kind: &str) -> String {
+    format!("heart-fleet:{kind}")
+}
+
 /// Fix 8: find or create the run of a resource by its deterministic idempotency key
 /// (race-safe; the store supplies the row id). Returns the row and whether it was created.
 pub fn ensure_resource_run(kind: &str, key: &str, objective: &str, created_by: &str) -> Machine<(RunRow, bool)> {

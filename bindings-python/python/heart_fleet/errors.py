@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from . import _native
+
 __all__ = [
     "ERROR_CODES",
     "HeartFleetError",
@@ -155,8 +157,8 @@ _BY_CODE: Final[dict[str, type[HeartFleetError]]] = {
     "invalid-state": InvalidStateError,
 }
 
-#: Every stable code of the core's registry.
-ERROR_CODES: Final[tuple[str, ...]] = tuple(_BY_CODE)
+#: Every stable code of the core's registry, in its order (from the core: no copy here).
+ERROR_CODES: Final[tuple[str, ...]] = tuple(_native.error_codes())
 
 
 def error_for_code(code: str, message: str) -> HeartFleetError:

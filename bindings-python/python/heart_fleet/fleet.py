@@ -328,8 +328,9 @@ class HeartFleet:
         its idempotency key (race-safe; the store supplies the row id)."""
         k = _check.text("kind", kind)
         y = _check.text("key", key)
-        obj = f"resource {k}:{y}" if objective is None else _check.text("objective", objective)
-        by = f"heart-fleet:{k}" if created_by is None else _check.text("created_by", created_by)
+        # None: the core's defaults (``resource <kind>:<key>``, ``heart-fleet:<kind>``).
+        obj = None if objective is None else _check.text("objective", objective)
+        by = None if created_by is None else _check.text("created_by", created_by)
         return Plan("ensureResourceRun", _args(kind=k, key=y, objective=obj, createdBy=by), EnsuredRun.from_json)
 
     ensure_resource_run, ensure_resource_run_async = twins(_ensure_resource_run)

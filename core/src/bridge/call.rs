@@ -279,8 +279,12 @@ struct RequeueArgs {
 struct ResourceArgs {
     kind: String,
     key: String,
-    objective: String,
-    created_by: String,
+    /// Absent or null: [`ops::default_resource_objective`].
+    #[serde(default)]
+    objective: Option<String>,
+    /// Absent or null: [`ops::default_resource_creator`].
+    #[serde(default)]
+    created_by: Option<String>,
 }
 
 fn sweep_limit() -> u32 {
@@ -394,7 +398,9 @@ impl Call {
             "forceRelease" => Call::ForceRelease { run_id: args::<RunArgs>(name, text)?.run_id },
             "ensureResourceRun" => {
                 let a: ResourceArgs = args(name, text)?;
-                Call::EnsureResourceRun { kind: a.kind, key: a.key, objective: a.objective, created_by: a.created_by }
+                let objective = a.objective.unwrap_or_else(|| ops::default_resource_objective(&a.kind, &a.key));
+                let created_by = a.created_by.unwrap_or_else(|| ops::default_resource_creator(&a.kind));
+                Call::EnsureResourceRun { kind: a.kind, key: a.key, objective, created_by }
             }
             other => {
                 return Err(HeartError::invalid(format!(
@@ -480,6 +486,21 @@ mod tests {
         assert_eq!(
             Call::parse("listRuns", "{}").unwrap(),
             Call::ListRuns { status: None, limit: ops::DEFAULT_SWEEP_LIMIT }
+        );
+        let resource = |objective: &str, created_by: &str| Call::EnsureResourceRun {
+            kind: "cache".into(),
+            key: "eu".into(),
+            objective: objective.into(),
+            created_by: created_by.into(),
+        };
+        assert_eq!(
+            Call::parse("ensureResourceRun", r#"{"kind":"cache","key":"eu"}"#).unwrap(),
+            resource("resource cache:eu", "heart-fleet:cache")
+        );
+        assert_eq!(
+            Call::parse("ensureResourceRun", r#"{"kind":"cache","key":"eu","objective":null,"createdBy":"me"}"#)
+                .unwrap(),
+            resource("resource cache:eu", "me")
         );
     }
 
