@@ -4,6 +4,7 @@
 const native = require('./native.cjs');
 const { HeartFleet, drive, storeKind, leaseStoreGap } = require('./fleet.cjs');
 const { missingMethods, fillRun } = require('./reference-store.cjs');
+const { instanceDefaults } = require('./rows.cjs');
 const { typeError, codedError, opts: optsOf, optInt, describe, messageOf, U32 } = require('./util.cjs');
 
 const { defaults, heldStatuses: HELD_STATUSES } = require('./contract.cjs');
@@ -138,7 +139,7 @@ class LivenessPass {
       }
     }
     // The machine reads only the ids of the instances it declared dead.
-    const rows = this.dead.map((id) => ({ instance_id: id, hostname: null, pid: null, status: 'dead', started_at: this.at, last_heartbeat: this.at, metadata: null }));
+    const rows = this.dead.map((id) => ({ ...instanceDefaults(this.at), instance_id: id, status: 'dead' }));
     return this._answer({ kind: 'instances', instances: rows });
   }
 

@@ -5,7 +5,7 @@
 
 const native = require('./native.cjs');
 const { typeError, rethrowNative, str, int, optInt, msOf, isoOf, describe, knownKeys, firstLine, messageOf, U32 } = require('./util.cjs');
-const { runRow } = require('./rows.cjs');
+const { runRow, instanceDefaults } = require('./rows.cjs');
 
 const NATIVE = Symbol.for('heart-fleet.native');
 
@@ -244,10 +244,10 @@ class MemoryLeaseStore {
   /** Inserts an `agent_instances` row as given (tests seed liveness this way). */
   insertInstance(row) {
     if (row === null || typeof row !== 'object') throw typeError('insertInstance: a row must be an object');
-    const full = { hostname: null, pid: null, status: 'alive', metadata: null, ...row };
-    const now = this.now().toISOString();
-    full.started_at = full.started_at === undefined ? now : isoOf('started_at', full.started_at);
-    full.last_heartbeat = full.last_heartbeat === undefined ? now : isoOf('last_heartbeat', full.last_heartbeat);
+    // What the row leaves out: as registering the instance now leaves it.
+    const full = { ...instanceDefaults(this.now().toISOString()), ...row };
+    if (row.started_at !== undefined) full.started_at = isoOf('started_at', row.started_at);
+    if (row.last_heartbeat !== undefined) full.last_heartbeat = isoOf('last_heartbeat', row.last_heartbeat);
     const text = rowText('insertInstance', full);
     try {
       this[NATIVE].insertInstance(text);

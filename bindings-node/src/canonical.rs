@@ -43,12 +43,6 @@ pub fn deterministic_resource_id(kind: String, key: String) -> napi::Result<Stri
     bridge::deterministic_resource_id(&kind, &key).map_err(from_heart)
 }
 
-/// `prefix + ":" + sha256 hex of the canonical identity (JSON text)`.
-#[napi]
-pub fn effect_key_json(prefix: String, identity: String) -> napi::Result<String, Code> {
-    bridge::effect_key_json(&prefix, &identity).map_err(from_heart)
-}
-
 /// Checks a receipt (JSON): `receipt-tampered` when its digest does not match its fields,
 /// `invalid-input` when it is not a receipt.
 #[napi]

@@ -24,11 +24,12 @@ pub fn instance_expired_ms(status: String, last_heartbeat_ms: f64, now_ms: f64, 
     bridge::instance_expired_ms(&status, last_heartbeat_ms, now_ms, ttl_ms)
 }
 
-/// The run `id` with every other column at the value a partial row leaves it (JSON; created
-/// and updated at `at`, ISO text): what a seeded or a store's partial row starts from.
+/// The row `id` of `table` (`agent_runs` or `agent_instances`) with every other column at the
+/// value a partial row leaves it (JSON; `at`: ISO text): what a seeded row, or a store's row
+/// without every column, starts from.
 #[napi]
-pub fn seeded_run_json(id: String, at: String) -> napi::Result<String, crate::Code> {
-    bridge::seeded_run_json(&id, &at).map_err(crate::from_heart)
+pub fn seeded_row_json(table: String, id: String, at: String) -> napi::Result<String, crate::Code> {
+    bridge::seeded_row_json(&table, &id, &at).map_err(crate::from_heart)
 }
 
 /// The reference's in-process effect ledger (`MemoryEffectLedger`): a set of

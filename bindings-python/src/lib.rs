@@ -898,11 +898,12 @@ fn contract() -> String {
     bridge::contract_json()
 }
 
-/// The run `id` with every other column at the value a partial row leaves it (JSON; created
-/// and updated at `at`, ISO text): what `MemoryLeaseStore.insert` fills a run in from.
+/// The row `id` of `table` (`agent_runs` or `agent_instances`) with every other column at the
+/// value a partial row leaves it (JSON; `at`: ISO text): what `MemoryLeaseStore`'s inserts
+/// fill a row in from.
 #[pyfunction]
-fn seeded_run_json(id: &str, at: &str) -> PyResult<String> {
-    bridge::seeded_run_json(id, at).map_err(py_err)
+fn seeded_row_json(table: &str, id: &str, at: &str) -> PyResult<String> {
+    bridge::seeded_row_json(table, id, at).map_err(py_err)
 }
 
 /// What a send records as its evidence when its result cannot be stored as JSON (JSON text).
@@ -1042,7 +1043,7 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(native_replay, m)?)?;
     m.add_function(wrap_pyfunction!(store_request, m)?)?;
     m.add_function(wrap_pyfunction!(contract, m)?)?;
-    m.add_function(wrap_pyfunction!(seeded_run_json, m)?)?;
+    m.add_function(wrap_pyfunction!(seeded_row_json, m)?)?;
     m.add_function(wrap_pyfunction!(unstorable_evidence, m)?)?;
     m.add_function(wrap_pyfunction!(sql::sql_statements, m)?)?;
     m.add_function(wrap_pyfunction!(sql::sql_answer, m)?)?;

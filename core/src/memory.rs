@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::driver::LeaseStore;
 use crate::error::StoreError;
-use crate::model::{DispatchLogEntry, InstanceRow, InstanceStatus, IntentRow, IntentState, RunRow};
+use crate::model::{DispatchLogEntry, InstanceRow, IntentRow, IntentState, RunRow};
 use crate::request::{
     Assign, Cond, Expr, Lookup, Record, RunCol, RunOrder, RunWriteRef, StoreAnswer, StoreReply, StoreRequest, Val,
     apply_update,
@@ -407,15 +407,7 @@ impl MemoryStore {
                     .collect(),
             },
             StoreRequest::UpsertInstance { instance_id, hostname, pid, metadata } => {
-                let row = InstanceRow {
-                    instance_id: instance_id.clone(),
-                    hostname,
-                    pid,
-                    status: InstanceStatus::Alive,
-                    started_at: now,
-                    last_heartbeat: now,
-                    metadata,
-                };
+                let row = InstanceRow { hostname, pid, metadata, ..InstanceRow::registered(instance_id.clone(), now) };
                 self.instances.insert(instance_id, row.clone());
                 StoreReply::Instances { instances: vec![row] }
             }

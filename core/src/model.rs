@@ -255,7 +255,7 @@ impl RunRow {
     /// A run seeded without the columns a host left out: [`RunRow::ready`] with the
     /// idempotency key `key:<id>`. The one source of a partial row's defaults: a store
     /// row with the TypeScript package's methods, a memory store's `insert`, and the
-    /// hosts' seeding helpers ([`crate::bridge::seeded_run_json`]) start from it.
+    /// hosts' seeding helpers ([`crate::bridge::seeded_row_json`]) start from it.
     pub fn seeded(id: &str, at: Timestamp) -> RunRow {
         RunRow::ready(id, format!("key:{id}"), at)
     }
@@ -431,6 +431,22 @@ pub struct InstanceRow {
 }
 
 impl InstanceRow {
+    /// An instance as registering it leaves it: `alive`, started and last heard from at
+    /// `at`, no host name, pid or metadata. The memory store's `upsert_instance` writes it
+    /// (with what the request gives), and hosts seed partial instance rows from it
+    /// ([`crate::bridge::seeded_row_json`]).
+    pub fn registered(instance_id: impl Into<String>, at: Timestamp) -> InstanceRow {
+        InstanceRow {
+            instance_id: instance_id.into(),
+            hostname: None,
+            pid: None,
+            status: InstanceStatus::Alive,
+            started_at: at,
+            last_heartbeat: at,
+            metadata: None,
+        }
+    }
+
     /// `isInstanceExpired`: dead, or silent for strictly more than `ttl_ms`
     /// ([`instance_expired_at`]).
     pub fn is_expired(&self, now: Timestamp, ttl_ms: i64) -> bool {

@@ -477,7 +477,7 @@ class LeaseScope(Generic[T]):
             # Cancelled while the acquire committed: the lease is ours and recorded, but the work
             # must not start. Release it as a cancelled work's lease is released, then re-raise.
             try:
-                await self.heart.release_async(acq.fence, "failed")
+                await self.heart.release_async(acq.fence, self._release_to(False))
             except HeartFleetError:
                 pass
             raise asyncio.CancelledError()

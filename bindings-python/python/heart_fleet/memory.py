@@ -42,7 +42,7 @@ def _full_row(run: Mapping[str, Any]) -> dict[str, Any]:
         raise InvalidTypeError(f"insert: a run must be a mapping, got {_check.describe(run)}")
     rid = _check.text("run.id", run.get("id"))
     # The columns the run leaves out take the core's defaults (RunRow::seeded).
-    row: dict[str, Any] = json.loads(_native.seeded_run_json(rid, _EPOCH_ISO))
+    row: dict[str, Any] = json.loads(_native.seeded_row_json("agent_runs", rid, _EPOCH_ISO))
     for k, v in run.items():
         if not isinstance(k, str):
             raise InvalidTypeError(f"insert: column names are str, got {_check.describe(k)}")
@@ -132,9 +132,13 @@ class MemoryLeaseStore:
         if not isinstance(row, Mapping):
             raise InvalidTypeError("insert_instance: a row must be a mapping")
         now = self.now_iso()
-        full: dict[str, Any] = {"hostname": None, "pid": None, "status": "alive", "metadata": None, **row}
+        # What the row leaves out: as registering the instance now leaves it (the core's
+        # InstanceRow::registered).
+        defaults: dict[str, Any] = json.loads(_native.seeded_row_json("agent_instances", "-", now))
+        del defaults["instance_id"]
+        full: dict[str, Any] = {**defaults, **row}
         for k in ("started_at", "last_heartbeat"):
-            v = full.get(k)
+            v = row.get(k)
             full[k] = now if v is None else iso_of(to_ms(k, v))
         self._native.insert_instance(_check.to_json(full, "insert_instance: the row"))
 

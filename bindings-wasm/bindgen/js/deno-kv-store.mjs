@@ -40,8 +40,8 @@
 import native from './native-slot.cjs';
 // The Node package's coded errors and argument descriptions, bundled with its driver.
 import { codedError, typeError, describe } from '../../../bindings-node/lib/util.cjs';
-// A run with the core's defaults (RunRow::seeded, through the wasm module), bundled with the driver.
-import { runRow } from '../../../bindings-node/lib/rows.cjs';
+// Rows with the core's defaults (RunRow::seeded, InstanceRow::registered, through the wasm module), bundled with the driver.
+import { runRow, instanceDefaults } from '../../../bindings-node/lib/rows.cjs';
 // The request dispatch it shares with SupabaseLeaseStore.
 import { executeRequest, mentions, decideRunWrite, runWritten } from '../../../bindings-node/lib/store-request.cjs';
 
@@ -70,10 +70,6 @@ function intentDefaults(at) {
     created_at: at,
     committed_at: null,
   };
-}
-
-function instanceDefaults(at) {
-  return { hostname: null, pid: null, status: 'alive', started_at: at, last_heartbeat: at, metadata: null };
 }
 
 function newUuid() {

@@ -40,12 +40,6 @@ pub fn deterministic_resource_id(kind: JsValue, key: JsValue) -> Result<String, 
     bridge::deterministic_resource_id(&text("kind", &kind)?, &text("key", &key)?).map_err(from_heart)
 }
 
-/// `prefix + ":" + sha256 hex of the canonical form of identity` (JSON text).
-#[wasm_bindgen(js_name = effectKeyJson)]
-pub fn effect_key_json(prefix: JsValue, identity: JsValue) -> Result<String, JsValue> {
-    bridge::effect_key_json(&text("prefix", &prefix)?, &text("identity", &identity)?).map_err(from_heart)
-}
-
 /// Checks a receipt (JSON): `receipt-tampered` when its digest does not match its fields,
 /// `invalid-input` when it is not a receipt.
 #[wasm_bindgen(js_name = verifyReceiptJson)]

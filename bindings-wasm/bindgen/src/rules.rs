@@ -41,11 +41,13 @@ pub fn instance_expired_ms(
     ))
 }
 
-/// The run `id` with every other column at the value a partial row leaves it (JSON; created
-/// and updated at `at`, ISO text): what a seeded or a store's partial row starts from.
-#[wasm_bindgen(js_name = seededRunJson)]
-pub fn seeded_run_json(id: JsValue, at: JsValue) -> Result<String, JsValue> {
-    bridge::seeded_run_json(&crate::text("id", &id)?, &crate::text("at", &at)?).map_err(crate::from_heart)
+/// The row `id` of `table` (`agent_runs` or `agent_instances`) with every other column at the
+/// value a partial row leaves it (JSON; `at`: ISO text): what a seeded row, or a store's row
+/// without every column, starts from.
+#[wasm_bindgen(js_name = seededRowJson)]
+pub fn seeded_row_json(table: JsValue, id: JsValue, at: JsValue) -> Result<String, JsValue> {
+    bridge::seeded_row_json(&crate::text("table", &table)?, &crate::text("id", &id)?, &crate::text("at", &at)?)
+        .map_err(crate::from_heart)
 }
 
 /// The reference's in-process effect ledger (`MemoryEffectLedger`): a set of

@@ -14,7 +14,7 @@ import { api, native, build } from './helpers/pkg.mjs';
 
 const ERROR_CODES = api.ERROR_CODES;
 /** A run with the core's defaults (RunRow::seeded). */
-const runRow = (id, at) => JSON.parse(native.seededRunJson(id, at));
+const runRow = (id, at) => JSON.parse(native.seededRowJson('agent_runs', id, at));
 const T0 = Date.parse('2026-07-30T00:00:00.000Z');
 
 test('the package exports the Node package\'s API, plus DenoKvLeaseStore', () => {

@@ -162,13 +162,19 @@ pub fn contract_json() -> String {
     .to_string()
 }
 
-/// [`crate::RunRow::seeded`] as JSON text: the run `id` with every other column at the
-/// value a partial row leaves it (`ready`, no lease, assignment `id`, idempotency key
-/// `key:<id>`, created and updated at `at`, ISO-8601 text). Hosts overlay what a row they
-/// seed or read does have; they keep no copy of these defaults.
-pub fn seeded_run_json(id: &str, at: &str) -> BridgeResult<String> {
-    let at = crate::Timestamp::parse_iso(at).map_err(|e| invalid(format!("seededRun: {e}")))?;
-    Ok(to_text(&crate::RunRow::seeded(id, at)))
+/// The row `id` of `table` with every other column at the value a partial row leaves it, as
+/// JSON: for `agent_runs`, [`crate::RunRow::seeded`] (`ready`, no lease, assignment `id`,
+/// idempotency key `key:<id>`, created and updated at `at`); for `agent_instances`,
+/// [`crate::model::InstanceRow::registered`] (`alive`, started and heard from at `at`). `at` is
+/// ISO-8601 text. Hosts overlay what a row they seed or read does have; they keep no copy of
+/// these defaults. Another table, or `at` not an instant, is `invalid-input`.
+pub fn seeded_row_json(table: &str, id: &str, at: &str) -> BridgeResult<String> {
+    let at = crate::Timestamp::parse_iso(at).map_err(|e| invalid(format!("seededRow: {e}")))?;
+    match table {
+        "agent_runs" => Ok(to_text(&crate::RunRow::seeded(id, at))),
+        "agent_instances" => Ok(to_text(&crate::model::InstanceRow::registered(id, at))),
+        other => Err(invalid(format!("seededRow: no defaults for table {other:?} (agent_runs, agent_instances)"))),
+    }
 }
 
 /// [`crate::ops::unstorable_evidence`] as JSON text: what a send records as its evidence

@@ -990,15 +990,28 @@ mod tests {
         call(s.start(StoreRequest::ReadRun { run_id: "r".into() }));
         let a = answer(s.read(T0, r#"{"id":"r"}"#)).unwrap();
         let StoreReply::Run { run: Some(run) } = a.reply else { panic!("{a:?}") };
-        let seeded = crate::bridge::seeded_run_json("r", "2026-07-30T00:00:00.000Z").unwrap();
+        let seeded = crate::bridge::seeded_row_json("agent_runs", "r", "2026-07-30T00:00:00.000Z").unwrap();
         assert_eq!(serde_json::to_value(run).unwrap(), serde_json::from_str::<Value>(&seeded).unwrap());
     }
 
     #[test]
-    fn a_seeded_run_needs_an_instant() {
-        let e = crate::bridge::seeded_run_json("r", "yesterday").unwrap_err();
-        assert_eq!(e.code, ErrorCode::InvalidInput);
-        assert!(e.message.contains("seededRun"), "{}", e.message);
+    fn a_seeded_row_needs_a_known_table_and_an_instant() {
+        let at = "2026-07-30T00:00:00.000Z";
+        let instance: Value =
+            serde_json::from_str(&crate::bridge::seeded_row_json("agent_instances", "i", at).unwrap()).unwrap();
+        assert_eq!(
+            instance,
+            json!({"instance_id": "i", "hostname": null, "pid": null, "status": "alive",
+                   "started_at": at, "last_heartbeat": at, "metadata": null})
+        );
+        for (table, at, says) in [
+            ("agent_runs", "yesterday", "seededRow"),
+            ("effect_intents", at, "no defaults for table \"effect_intents\""),
+        ] {
+            let e = crate::bridge::seeded_row_json(table, "r", at).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidInput);
+            assert!(e.message.contains(says), "{}", e.message);
+        }
     }
 
     #[test]

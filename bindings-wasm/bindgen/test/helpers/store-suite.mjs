@@ -22,7 +22,7 @@ const text = (v) => ({ type: 'text', value: v });
 const HELD = { in: ['status', [text('leased'), text('running')]] };
 
 /** A run with the core's defaults (RunRow::seeded), from the wasm module. */
-const runRow = (id, at) => JSON.parse(native.seededRunJson(id, at));
+const runRow = (id, at) => JSON.parse(native.seededRowJson('agent_runs', id, at));
 
 function baseRow(n, now) {
   return { ...runRow(runId(n), iso(now - 2 * HOUR)), assignment_id: runId(100_000 + n), idempotency_key: `suite:${n}` };
