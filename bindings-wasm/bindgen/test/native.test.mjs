@@ -10,11 +10,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { api, native, build } from './helpers/pkg.mjs';
+import { api, native, build, runRow } from './helpers/pkg.mjs';
 
 const ERROR_CODES = api.ERROR_CODES;
-/** A run with the core's defaults (RunRow::seeded). */
-const runRow = (id, at) => JSON.parse(native.seededRowJson('agent_runs', id, at));
 const T0 = Date.parse('2026-07-30T00:00:00.000Z');
 
 test('the package exports the Node package\'s API, plus DenoKvLeaseStore', () => {

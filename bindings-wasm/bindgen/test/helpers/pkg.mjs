@@ -24,4 +24,9 @@ export async function openKv() {
   return Deno.openKv(':memory:');
 }
 
+/** A run with the core's defaults (RunRow::seeded), from the wasm module: what tests build rows from. */
+export function runRow(id, at) {
+  return JSON.parse(native.seededRowJson('agent_runs', id, at));
+}
+
 export { api, native };

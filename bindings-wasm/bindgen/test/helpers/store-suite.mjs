@@ -8,7 +8,7 @@
 // `seed({runs?, intents?, instances?})` writing rows exactly as given.
 
 import { isDeepStrictEqual } from 'node:util';
-import { native } from './pkg.mjs';
+import { runRow } from './pkg.mjs';
 
 const HOUR = 3_600_000;
 
@@ -20,9 +20,6 @@ export function runId(n) {
 const iso = (ms) => new Date(ms).toISOString();
 const text = (v) => ({ type: 'text', value: v });
 const HELD = { in: ['status', [text('leased'), text('running')]] };
-
-/** A run with the core's defaults (RunRow::seeded), from the wasm module. */
-const runRow = (id, at) => JSON.parse(native.seededRowJson('agent_runs', id, at));
 
 function baseRow(n, now) {
   return { ...runRow(runId(n), iso(now - 2 * HOUR)), assignment_id: runId(100_000 + n), idempotency_key: `suite:${n}` };
