@@ -1,6 +1,7 @@
 //! The store's plan of each statement one `/metrics` scrape of `heart-fleet serve` runs, and a
 //! check that none of them reads a whole table: the console's load test
-//! (`scripts/console-load.sh`) runs it on a 1,000,000-run PostgreSQL table.
+//! (`scripts/console-load.sh`) runs it on a 1,000,000-run PostgreSQL table; the workspace's
+//! tests check the same on SQLite (`host-examples/tests/console_plans.rs`).
 //!
 //! ```text
 //! cargo run --release -p heart-fleet-host --example console_plans -- postgres://…
@@ -12,51 +13,31 @@
 
 use std::process::ExitCode;
 
-use heart_fleet_core::sql::{Dialect, SqlValue, Statement};
-use heart_fleet_host::store_reading::StoreReading;
-
-/// Tables that grow with the fleet's work: a scan of either makes a scrape's cost grow with them.
-const GROWING_TABLES: [&str; 2] = ["agent_runs", "heart_receipts"];
+use heart_fleet_host::store_reading;
 
 fn main() -> ExitCode {
     let Some(url) = std::env::args().nth(1) else {
         eprintln!("usage: console_plans STORE_URL");
         return ExitCode::from(2);
     };
-    let mut store = match heart_fleet_stores::open(&url) {
-        Ok(store) => store,
+    let plans = match heart_fleet_stores::open(&url)
+        .map_err(|e| e.to_string())
+        .and_then(|mut store| store_reading::plans(&mut store).map_err(|e| e.to_string()))
+    {
+        Ok(plans) => plans,
         Err(e) => {
             eprintln!("console_plans: {e}");
             return ExitCode::from(2);
         }
     };
-    let dialect = store.dialect();
     let mut scans = Vec::new();
-    for (what, stmt) in StoreReading::statements(dialect) {
-        let prefix = match dialect {
-            Dialect::Postgres => "EXPLAIN (ANALYZE, BUFFERS) ",
-            Dialect::Sqlite => "EXPLAIN QUERY PLAN ",
-        };
-        let explain = Statement { sql: format!("{prefix}{}", stmt.sql), params: stmt.params };
-        let rows = match store.query(&explain) {
-            Ok(rows) => rows,
-            Err(e) => {
-                eprintln!("console_plans: {what}: {e}");
-                return ExitCode::from(2);
-            }
-        };
-        println!("-- {what}\n{}", stmt.sql);
-        for row in &rows {
-            // PostgreSQL: one text column per plan line. SQLite: (id, parent, notused, detail).
-            let Some((_, SqlValue::Text(line))) = row.last() else { continue };
+    for plan in &plans {
+        println!("-- {}\n{}", plan.what, plan.sql);
+        for line in &plan.lines {
             println!("  {line}");
-            // SQLite's `SCAN t USING COVERING INDEX i` reads an index, `SCAN t` the table.
-            let sequential = line.contains("Seq Scan on ") || (line.starts_with("SCAN ") && !line.contains(" USING "));
-            if let Some(table) = GROWING_TABLES.iter().find(|t| sequential && line.contains(*t)) {
-                scans.push(format!("{what}: {table}"));
-            }
         }
         println!();
+        scans.extend(plan.scans.iter().map(|table| format!("{}: {table}", plan.what)));
     }
     if scans.is_empty() {
         println!("every statement of a scrape is served from an index");

@@ -39,10 +39,56 @@ fn counts(store: &mut AnyStore, stmt: &Statement, what: &str) -> Result<BTreeMap
         .collect()
 }
 
+/// Tables that grow with the fleet's work: a scan of either makes a scrape's cost grow with them.
+pub const GROWING_TABLES: [&str; 2] = ["agent_runs", "heart_receipts"];
+
+/// The store's plan of one statement of a reading.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatementPlan {
+    /// What the statement reads.
+    pub what: &'static str,
+    /// Its SQL.
+    pub sql: String,
+    /// The plan's lines, as the store prints them.
+    pub lines: Vec<String>,
+    /// The growing tables ([`GROWING_TABLES`]) the plan reads sequentially, whole.
+    pub scans: Vec<&'static str>,
+}
+
+/// The store's plan of each statement of a reading (one `/metrics` scrape of `heart-fleet
+/// serve`): `EXPLAIN (ANALYZE, BUFFERS)` on PostgreSQL (so the statements run), `EXPLAIN QUERY
+/// PLAN` on SQLite. A scrape stays cheap as the fleet's tables grow only while no plan has a
+/// scan. (`cargo run --release -p heart-fleet-host --example console_plans -- URL` prints them;
+/// the console's load test runs it on 1,000,000 PostgreSQL runs.)
+pub fn plans(store: &mut AnyStore) -> Result<Vec<StatementPlan>, HeartError> {
+    let dialect = store.dialect();
+    let prefix = match dialect {
+        Dialect::Postgres => "EXPLAIN (ANALYZE, BUFFERS) ",
+        Dialect::Sqlite => "EXPLAIN QUERY PLAN ",
+    };
+    let mut out = Vec::new();
+    for (what, stmt) in StoreReading::statements(dialect) {
+        let explain = Statement { sql: format!("{prefix}{}", stmt.sql), params: stmt.params };
+        let rows = store.query(&explain).map_err(|e| store_err(what, &e))?;
+        let mut plan = StatementPlan { what, sql: stmt.sql, lines: Vec::new(), scans: Vec::new() };
+        for row in &rows {
+            // PostgreSQL: one text column per plan line. SQLite: (id, parent, notused, detail).
+            let Some((_, SqlValue::Text(line))) = row.last() else { continue };
+            // SQLite's `SCAN t USING COVERING INDEX i` reads an index, `SCAN t` the table.
+            let sequential = line.contains("Seq Scan on ") || (line.starts_with("SCAN ") && !line.contains(" USING "));
+            if let Some(table) = GROWING_TABLES.iter().find(|t| sequential && line.contains(*t)) {
+                plan.scans.push(table);
+            }
+            plan.lines.push(line.clone());
+        }
+        out.push(plan);
+    }
+    Ok(out)
+}
+
 impl StoreReading {
-    /// The statements one reading runs, in order, each with what it reads (the console's load
-    /// test shows the store's plan of each: `cargo run -p heart-fleet-host --example
-    /// console_plans`).
+    /// The statements one reading runs, in order, each with what it reads ([`plans`] shows the
+    /// store's plan of each).
     pub fn statements(dialect: Dialect) -> [(&'static str, Statement); 4] {
         [
             ("runs by status", readout::status_counts(StatusTable::Runs)),
