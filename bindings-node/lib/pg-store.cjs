@@ -5,6 +5,7 @@
 
 const native = require('./native.cjs');
 const { typeError, codedError, rethrowNative, messageOf, describe } = require('./util.cjs');
+const contract = require('./contract.cjs');
 
 function loadPg() {
   try {
@@ -25,12 +26,15 @@ function param(p) {
 }
 
 const OPTIONS = ['pool', 'client', 'connectionString', 'max', 'prepare', 'queryTimeoutMs', 'connectTimeoutMs'];
-/** The longest wait for one statement's answer, by default (ms). */
-const DEFAULT_QUERY_TIMEOUT_MS = 10_000;
-/** The longest wait for a new connection of a pool this store creates, by default (ms). */
-const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
-/** The longest a cancel request may take before it is given up (ms). */
-const CANCEL_TIMEOUT_MS = 1_000;
+// The PostgreSQL stores' deadlines, the same in every driver (the contract's `postgres`):
+// one statement's answer by default, a new connection of a pool this store creates, the
+// longest a cancel request may take, and the longest statement deadline taken (ms).
+const {
+  statementTimeoutMs: DEFAULT_QUERY_TIMEOUT_MS,
+  connectTimeoutMs: DEFAULT_CONNECT_TIMEOUT_MS,
+  cancelGraceMs: CANCEL_TIMEOUT_MS,
+  maxStatementTimeoutMs: MAX_QUERY_TIMEOUT_MS,
+} = contract.postgres;
 /** PostgreSQL's CancelRequest code (the protocol's "1234.5678"). */
 const CANCEL_REQUEST_CODE = 80877102;
 /** The deadline's mark in a race with a statement's answer. */
@@ -370,13 +374,14 @@ class PgLeaseStore {
     const unknown = Object.keys(options).filter((k) => !OPTIONS.includes(k));
     if (unknown.length > 0) throw typeError(`PgLeaseStore: unknown option ${unknown.join(', ')} (the options are ${OPTIONS.join(', ')})`);
     const { pool, client, connectionString, max } = options;
-    const timeout = (name, v, fallback) => {
+    // A timer's longest delay (2^31 - 1 ms) bounds the connect deadline; the contract's, a statement's.
+    const timeout = (name, v, fallback, max) => {
       if (v === undefined) return fallback;
-      if (!Number.isInteger(v) || v < 1 || v > 2 ** 31 - 1) throw typeError(`PgLeaseStore: ${name} must be milliseconds (an integer in 1..2147483647), got ${describe(v)}`);
+      if (!Number.isInteger(v) || v < 1 || v > max) throw typeError(`PgLeaseStore: ${name} must be milliseconds (an integer in 1..${max}), got ${describe(v)}`);
       return v;
     };
-    this._queryTimeoutMs = timeout('queryTimeoutMs', options.queryTimeoutMs, DEFAULT_QUERY_TIMEOUT_MS);
-    const connectTimeoutMs = timeout('connectTimeoutMs', options.connectTimeoutMs, DEFAULT_CONNECT_TIMEOUT_MS);
+    this._queryTimeoutMs = timeout('queryTimeoutMs', options.queryTimeoutMs, DEFAULT_QUERY_TIMEOUT_MS, MAX_QUERY_TIMEOUT_MS);
+    const connectTimeoutMs = timeout('connectTimeoutMs', options.connectTimeoutMs, DEFAULT_CONNECT_TIMEOUT_MS, 2 ** 31 - 1);
     let db = pool ?? client;
     this._owned = false;
     if (db === undefined || db === null) {
@@ -393,7 +398,7 @@ class PgLeaseStore {
       // Besides the cancel request at the deadline (_query), the server abandons a statement
       // itself a little before it, so a lock wait ends with the server's own error even when a
       // cancel request cannot get through. A pooler refuses session parameters at startup.
-      if (!poolerUrl(connectionString)) config.statement_timeout = Math.max(1, this._queryTimeoutMs - Math.min(100, Math.floor(this._queryTimeoutMs / 5)));
+      if (!poolerUrl(connectionString)) config.statement_timeout = native.serverStatementTimeoutMs(this._queryTimeoutMs);
       db = new pg.Pool(config);
       // An idle connection that dies (a restart, pg_terminate_backend) is dropped by the pool and
       // replaced on the next request; unheard, its 'error' event would end the process.

@@ -80,3 +80,11 @@ impl NativeReceiptAppender {
         self.inner.forget_heads();
     }
 }
+
+/// The server-side `statement_timeout` for a statement deadline of `client_ms` (a fifth
+/// shorter, by at most 100 ms): the core's `sql::deadlines::server_statement_timeout_ms`.
+#[napi]
+pub fn server_statement_timeout_ms(client_ms: u32) -> u32 {
+    let ms = heart_fleet_core::sql::deadlines::server_statement_timeout_ms(u64::from(client_ms));
+    u32::try_from(ms).unwrap_or(client_ms)
+}

@@ -22,6 +22,7 @@ import {
   MemoryEffectLedger,
 } from '../index.mjs';
 import { assertShape } from './helpers/shape.mjs';
+import contract from '../lib/contract.cjs';
 import { routeTest, directOnlyTest } from './helpers/pg-route.mjs';
 
 if (!process.env.DATABASE_URL) console.log('pg tests SKIPPED: DATABASE_URL is not set');
@@ -230,6 +231,12 @@ routeTest('a database that fails gives store-unavailable and changes nothing', a
   await assertUnavailable(route, route.newStore({ connectionString: unreachable.href, connectTimeoutMs: 500 }), /./);
   // A statement error (the schema is missing in this database) is a store failure too.
   await assertUnavailable(route, route.newStore({}, await route.createDatabase('bare')), /agent_runs/);
+});
+
+directOnlyTest("the server abandons a statement a little before the client's deadline (the core's margin)", 'PgBouncer refuses the startup parameter statement_timeout', async (route) => {
+  const store = route.newStore({ queryTimeoutMs: 300, max: 1 });
+  const { rows } = await store.db.query('SHOW statement_timeout');
+  assert.equal(rows[0].statement_timeout, '240ms');
 });
 
 directOnlyTest('a session search_path without the schema gives store-unavailable', 'PgBouncer refuses the startup parameter options', async (route) => {
@@ -559,6 +566,11 @@ routeTest('PgLeaseStore options: unknown names and bad values are TypeErrors; th
   const pool = route.pool();
   assert.throws(() => new PgLeaseStore({ pool, queryTimeout: 5 }), (e) => e instanceof TypeError && e.code === 'invalid-input' && /queryTimeout/.test(e.message));
   assert.throws(() => new PgLeaseStore({ pool, queryTimeoutMs: 0 }), TypeError);
+  // A statement deadline of at most a day, as in every driver (the contract's postgres entry).
+  assert.equal(contract.postgres.maxStatementTimeoutMs, 86_400_000);
+  assert.throws(() => new PgLeaseStore({ pool, queryTimeoutMs: 86_400_001 }), (e) => e.code === 'invalid-input' && /queryTimeoutMs must be milliseconds \(an integer in 1\.\.86400000\)/.test(e.message));
+  assert.equal(new PgLeaseStore({ pool, queryTimeoutMs: 86_400_000 })._queryTimeoutMs, 86_400_000);
+  assert.equal(new PgLeaseStore({ pool })._queryTimeoutMs, contract.postgres.statementTimeoutMs);
   assert.throws(() => new PgLeaseStore({ pool, prepare: 'no' }), TypeError);
   assert.equal(new PgLeaseStore({ connectionString: `${route.db.url}?pgbouncer=true` })._prepare, false);
   assert.equal(new PgLeaseStore({ connectionString: route.db.url })._prepare, true);

@@ -898,6 +898,13 @@ fn contract() -> String {
     bridge::contract_json()
 }
 
+/// The server-side `statement_timeout` for a statement deadline of `client_ms` (a fifth
+/// shorter, by at most 100 ms): the core's `sql::deadlines::server_statement_timeout_ms`.
+#[pyfunction]
+fn server_statement_timeout_ms(client_ms: u64) -> u64 {
+    heart_fleet_core::sql::deadlines::server_statement_timeout_ms(client_ms)
+}
+
 /// The row `id` of `table` (`agent_runs` or `agent_instances`) with every other column at the
 /// value a partial row leaves it (JSON; `at`: ISO text): what `MemoryLeaseStore`'s inserts
 /// fill a row in from.
@@ -1043,6 +1050,7 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(native_replay, m)?)?;
     m.add_function(wrap_pyfunction!(store_request, m)?)?;
     m.add_function(wrap_pyfunction!(contract, m)?)?;
+    m.add_function(wrap_pyfunction!(server_statement_timeout_ms, m)?)?;
     m.add_function(wrap_pyfunction!(seeded_row_json, m)?)?;
     m.add_function(wrap_pyfunction!(unstorable_evidence, m)?)?;
     m.add_function(wrap_pyfunction!(sql::sql_statements, m)?)?;

@@ -601,6 +601,20 @@ def test_a_frozen_server_fails_each_call_at_its_deadline_and_the_next_call_conne
             loop.close()
 
 
+def test_connect_has_the_server_give_up_just_before_the_client(pg_database: PgDatabase, pg_url: str) -> None:
+    """On a direct connection the server's statement_timeout is the core's margin inside the
+    client's deadline (300 ms: 240 ms); a pooler takes no session parameters, so none is sent."""
+    store = hf.PsycopgLeaseStore.connect(pg_url, statement_timeout_ms=300)
+    try:
+        shown = store.conn.execute("SHOW statement_timeout").fetchone()[0]
+    finally:
+        store.close()
+    if pg_database.route == "direct":
+        assert shown == "240ms"
+    else:
+        assert shown != "240ms"
+
+
 def test_the_constructors_check_statement_timeout_ms(pg_url: str) -> None:
     import psycopg
 

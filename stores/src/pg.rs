@@ -65,11 +65,16 @@ use tokio_postgres::{Client, Config, Row};
 use crate::failed;
 use crate::held::{Held, TxConn};
 
-/// How long connecting may take when the URL sets no `connect_timeout`.
-pub const PG_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long connecting may take when the URL sets no `connect_timeout`
+/// ([`sql::deadlines::CONNECT_TIMEOUT_MS`]).
+pub const PG_CONNECT_TIMEOUT: Duration = Duration::from_millis(sql::deadlines::CONNECT_TIMEOUT_MS);
 
-/// How long one statement may take, client-side, by default.
-pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one statement may take, client-side, by default
+/// ([`sql::deadlines::DEFAULT_STATEMENT_TIMEOUT_MS`]).
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_millis(sql::deadlines::DEFAULT_STATEMENT_TIMEOUT_MS);
+
+/// How long a cancel request may take ([`sql::deadlines::CANCEL_GRACE_MS`]).
+const CANCEL_GRACE: Duration = Duration::from_millis(sql::deadlines::CANCEL_GRACE_MS);
 
 /// The most prepared statements a [`PgStore`] keeps per connection; when full, the cache is
 /// emptied (the fleet renders a few dozen distinct texts, so this is a backstop).
@@ -127,9 +132,16 @@ fn parse_target(url: &str) -> Result<Target, StoreError> {
                 }
             }
             "heart_statement_timeout_ms" => {
-                let ms = value.parse::<u64>().ok().filter(|ms| (1..=86_400_000).contains(ms)).ok_or_else(|| {
-                    StoreError("postgres URL: heart_statement_timeout_ms must be milliseconds in 1..=86400000".into())
-                })?;
+                let ms = value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|ms| (1..=sql::deadlines::MAX_STATEMENT_TIMEOUT_MS).contains(ms))
+                    .ok_or_else(|| {
+                        StoreError(format!(
+                            "postgres URL: heart_statement_timeout_ms must be milliseconds in 1..={}",
+                            sql::deadlines::MAX_STATEMENT_TIMEOUT_MS
+                        ))
+                    })?;
                 options.statement_timeout = Duration::from_millis(ms);
             }
             "sslrootcert" => root_cert = Some(crate::percent_decode(value)),
@@ -158,11 +170,10 @@ fn parse_target(url: &str) -> Result<Target, StoreError> {
     Ok(Target { config, options, root_cert })
 }
 
-/// The server-side `statement_timeout` for a client-side deadline: a fifth shorter, at most
-/// 100 ms, so that the server's cancellation comes first.
-fn server_statement_timeout_ms(deadline: Duration) -> u128 {
-    let ms = deadline.as_millis();
-    ms.saturating_sub((ms / 5).min(100)).max(1)
+/// The server-side `statement_timeout` for a client-side deadline
+/// ([`sql::deadlines::server_statement_timeout_ms`]).
+fn server_statement_timeout_ms(deadline: Duration) -> u64 {
+    sql::deadlines::server_statement_timeout_ms(u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A transaction's start behind a pooler: `BEGIN` and the server's deadline for it (a pooler
@@ -359,7 +370,7 @@ impl Conn {
         let token = live.client.cancel_token();
         let tls = self.tls.clone();
         let _ = self.runtime.block_on(async {
-            tokio::time::timeout(Duration::from_secs(1), async {
+            tokio::time::timeout(CANCEL_GRACE, async {
                 match tls {
                     Some(tls) => token.cancel_query(tls).await,
                     None => token.cancel_query(tokio_postgres::NoTls).await,

@@ -62,21 +62,32 @@ __all__ = ["PsycopgLeaseStore", "AsyncPsycopgLeaseStore"]
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 _POOLER = re.compile(r"(^|[?&\s])pgbouncer=(true|1|false|0)(?=$|[&\s])")
 
+#: The PostgreSQL stores' deadlines, the same in every driver (the contract's ``postgres``
+#: entry, from the core).
+_DEADLINES: dict[str, int] = _check.CONTRACT["postgres"]
 #: The seconds connecting may take when neither the conninfo nor the caller sets ``connect_timeout``.
-DEFAULT_CONNECT_TIMEOUT_S = 5
+DEFAULT_CONNECT_TIMEOUT_S = _DEADLINES["connectTimeoutMs"] // 1000
 #: The default deadline of one statement, in milliseconds.
-DEFAULT_STATEMENT_TIMEOUT_MS = 10_000
+DEFAULT_STATEMENT_TIMEOUT_MS = _DEADLINES["statementTimeoutMs"]
+#: The longest deadline a store takes, in milliseconds.
+_MAX_STATEMENT_TIMEOUT_MS = _DEADLINES["maxStatementTimeoutMs"]
 #: Past a deadline, the seconds the server gets to cancel the statement before the socket is
 #: shut down.
-_CANCEL_GRACE_S = 1.0
+_CANCEL_GRACE_S = _DEADLINES["cancelGraceMs"] / 1000
 
 _T = TypeVar("_T")
 
 
 def _deadline_s(statement_timeout_ms: object) -> float:
     """``statement_timeout_ms`` checked, in seconds."""
-    if isinstance(statement_timeout_ms, bool) or not isinstance(statement_timeout_ms, int) or not 1 <= statement_timeout_ms <= 86_400_000:
-        raise InvalidTypeError(f"statement_timeout_ms must be an int in 1..86400000, got {_check.describe(statement_timeout_ms)}")
+    if (
+        isinstance(statement_timeout_ms, bool)
+        or not isinstance(statement_timeout_ms, int)
+        or not 1 <= statement_timeout_ms <= _MAX_STATEMENT_TIMEOUT_MS
+    ):
+        raise InvalidTypeError(
+            f"statement_timeout_ms must be an int in 1..{_MAX_STATEMENT_TIMEOUT_MS}, got {_check.describe(statement_timeout_ms)}"
+        )
     return statement_timeout_ms / 1000
 
 
@@ -108,7 +119,7 @@ class _Connector:
             self.kwargs.setdefault("prepare_threshold", None)
         elif "options" not in self.kwargs and "options" not in self.conninfo:
             # A little shorter than the client's deadline, so the server's cancellation comes first.
-            server_ms = max(1, statement_timeout_ms - min(100, statement_timeout_ms // 5))
+            server_ms = _native.server_statement_timeout_ms(statement_timeout_ms)
             self.kwargs["options"] = f"-c statement_timeout={server_ms}"
 
 

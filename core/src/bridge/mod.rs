@@ -131,9 +131,11 @@ pub fn instance_expired_ms(status: &str, last_heartbeat_ms: f64, now_ms: f64, tt
 /// `heldStatuses` (the statuses of a held lease), `maxTtlSeconds`, `digestPrefix`,
 /// `receiptSchemaVersion`, `maxJsonDepth`, `maxEvidenceDepth`, `maxCasRetries`, `operations`
 /// (the names [`Call::parse`] takes), `leaseStoreMethods` (the TypeScript package's store
-/// contract) and `defaults` (what an option left out becomes).
+/// contract), `defaults` (what an option left out becomes) and `postgres` (the PostgreSQL
+/// stores' deadlines, [`crate::sql::deadlines`]).
 pub fn contract_json() -> String {
     use crate::ops;
+    use crate::sql::deadlines;
     serde_json::json!({
         "errorCodes": error_codes(),
         "runStatuses": crate::RunStatus::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
@@ -157,6 +159,12 @@ pub fn contract_json() -> String {
             "reconcileLimit": ops::DEFAULT_RECONCILE_LIMIT,
             "storeTimeoutMs": ops::DEFAULT_STORE_TIMEOUT_MS,
             "casRetries": DEFAULT_CAS_RETRIES,
+        },
+        "postgres": {
+            "statementTimeoutMs": deadlines::DEFAULT_STATEMENT_TIMEOUT_MS,
+            "maxStatementTimeoutMs": deadlines::MAX_STATEMENT_TIMEOUT_MS,
+            "connectTimeoutMs": deadlines::CONNECT_TIMEOUT_MS,
+            "cancelGraceMs": deadlines::CANCEL_GRACE_MS,
         },
     })
     .to_string()

@@ -235,6 +235,7 @@ pub fn render_pg_for(req: &StoreRequest, columns: PgColumns) -> Result<Statement
 }
 
 mod builder;
+pub mod deadlines;
 mod decode;
 mod migrate;
 mod postgres;
