@@ -57,7 +57,8 @@ class LeaseLostError extends Error {
     this.name = 'LeaseLostError';
     /** `superseded`, `expired`, `released`, `not-found` or `store-unavailable`. */
     this.lost = cause;
-    this.code = cause === 'store-unavailable' ? 'store-unavailable' : 'fence-rejected';
+    /** `store-unavailable` for that cause, else `fence-rejected` (the core's). */
+    this.code = native.lostCode(cause);
     this.runId = runId;
   }
 }
@@ -97,13 +98,13 @@ async function executeWithLease(heart, options, work) {
   const notRun = (reason, code) => withExtras({ ran: false, reason }, { code, released: false });
   const validInt = (v) => typeof v === 'number' && Number.isSafeInteger(v);
   if (!validInt(ttlSeconds) || (renewEveryMs !== undefined && renewEveryMs !== null && !validInt(renewEveryMs))) {
-    return notRun('lease-error', 'invalid-input');
+    return notRun(native.notRunReason(false), 'invalid-input');
   }
   let session;
   try {
     session = native.NativeLeaseSession.create(ttlSeconds, renewEveryMs ?? null);
   } catch {
-    return notRun('lease-error', 'invalid-input');
+    return notRun(native.notRunReason(false), 'invalid-input');
   }
   const tick = () => {
     const t = Number(clock());
@@ -112,7 +113,7 @@ async function executeWithLease(heart, options, work) {
   };
   const started = tick();
   const acq = await heart.acquire(runId, owner, ttlSeconds);
-  if (!acq.acquired || !acq.fence) return notRun(acq.run === null ? 'lease-error' : 'lease-held', acq.code);
+  if (!acq.acquired || !acq.fence) return notRun(native.notRunReason(acq.run !== null), acq.code);
   session.onAcquired(JSON.stringify(acq.fence), started);
 
   let fence = acq.fence;

@@ -784,6 +784,21 @@ fn release_status(work_succeeded: bool, release_to_ready: bool) -> &'static str 
     bridge::release_status(work_succeeded, release_to_ready)
 }
 
+/// Why execute-with-lease did not run the work after an acquire that did not win:
+/// `lease-held` when the run exists, else `lease-error` (the core's
+/// `session::NotRunReason::after_acquire`).
+#[pyfunction]
+fn not_run_reason(run_found: bool) -> &'static str {
+    bridge::not_run_reason(run_found)
+}
+
+/// The error code of a lost lease's cause: `store-unavailable` for `store-unavailable`, else
+/// `fence-rejected` (the core's `LostCause::code`). Another text is `invalid-input`.
+#[pyfunction]
+fn lost_code(cause: &str) -> PyResult<&'static str> {
+    bridge::lost_code(cause).map_err(py_err)
+}
+
 /// The heartbeat cadence: `renew_every_ms` or `max(1000, ttl_seconds * 1000 / 2)`.
 #[pyfunction]
 #[pyo3(signature = (ttl_seconds, renew_every_ms=None))]
@@ -1046,6 +1061,8 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(instance_expired_ms, m)?)?;
     m.add_function(wrap_pyfunction!(heartbeat_interval, m)?)?;
     m.add_function(wrap_pyfunction!(release_status, m)?)?;
+    m.add_function(wrap_pyfunction!(not_run_reason, m)?)?;
+    m.add_function(wrap_pyfunction!(lost_code, m)?)?;
     m.add_function(wrap_pyfunction!(scenario_config, m)?)?;
     m.add_function(wrap_pyfunction!(native_replay, m)?)?;
     m.add_function(wrap_pyfunction!(store_request, m)?)?;

@@ -409,8 +409,7 @@ impl<S: LeaseStore> HeartFleet<S> {
             self.store.execute(StoreRequest::Now).map_err(|e| HeartError::store("execute: read the clock", &e))?.now.0;
         let acq = self.acquire(&opts.run_id, &opts.owner, opts.ttl_seconds)?;
         let Some(fence) = acq.fence.filter(|_| acq.acquired) else {
-            let reason = if acq.run.is_none() { NotRunReason::LeaseError } else { NotRunReason::LeaseHeld };
-            return Ok(Ok(not_run(reason, acq.code)));
+            return Ok(Ok(not_run(NotRunReason::after_acquire(acq.run.is_some()), acq.code)));
         };
         session.on_acquired(fence, started);
         let mut cx = LeaseContext { fleet: self, session, last_beat_ms: started, ttl_seconds: opts.ttl_seconds };

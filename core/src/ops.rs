@@ -118,6 +118,35 @@ impl LostCause {
         }
     }
 
+    /// Every cause, in declaration order.
+    pub const ALL: [LostCause; 5] = [
+        LostCause::Superseded,
+        LostCause::Expired,
+        LostCause::Released,
+        LostCause::NotFound,
+        LostCause::StoreUnavailable,
+    ];
+
+    /// The cause named by its stable text.
+    pub fn parse(text: &str) -> Result<LostCause, HeartError> {
+        LostCause::ALL.into_iter().find(|c| c.as_str() == text).ok_or_else(|| {
+            HeartError::invalid(format!(
+                "not a lost cause: {text:?} (one of {})",
+                LostCause::ALL.map(LostCause::as_str).join(", ")
+            ))
+        })
+    }
+
+    /// The error code a lost lease reports (a rejected renew or release, the lease-lost
+    /// signal): `store-unavailable` when renewals kept failing, else `fence-rejected` (the
+    /// token no longer proves a live lease).
+    pub fn code(self) -> ErrorCode {
+        match self {
+            LostCause::StoreUnavailable => ErrorCode::StoreUnavailable,
+            _ => ErrorCode::FenceRejected,
+        }
+    }
+
     fn explain(run: Option<&RunRow>, token: &FencingToken, now: Timestamp) -> LostCause {
         match run {
             None => LostCause::NotFound,

@@ -39,6 +39,22 @@ pub enum NotRunReason {
     LeaseError,
 }
 
+impl NotRunReason {
+    /// Why an acquire that did not win leaves the work not run: `lease-held` when the run
+    /// exists (`run_found`), else `lease-error` (not found, or bad input).
+    pub fn after_acquire(run_found: bool) -> NotRunReason {
+        if run_found { NotRunReason::LeaseHeld } else { NotRunReason::LeaseError }
+    }
+
+    /// The stable text (the reference's `reason`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotRunReason::LeaseHeld => "lease-held",
+            NotRunReason::LeaseError => "lease-error",
+        }
+    }
+}
+
 /// The lease state of one execute-with-lease call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaseSession {

@@ -134,10 +134,7 @@ class LeaseLostError(HeartFleetError):
     """
 
     def __init__(self, cause: str, run_id: str) -> None:
-        super().__init__(
-            f"lease on run {run_id} lost: {cause}",
-            "store-unavailable" if cause == "store-unavailable" else "fence-rejected",
-        )
+        super().__init__(f"lease on run {run_id} lost: {cause}", _native.lost_code(cause))
         self.cause = cause
         self.run_id = run_id
 

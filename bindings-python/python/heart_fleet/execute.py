@@ -358,12 +358,12 @@ class LeaseScope(Generic[T]):
             s.native = _native.NativeLeaseSession.create(self.ttl_seconds, self.renew_every_ms)
         except (HeartFleetError, OverflowError):
             # OverflowError: a ttl or period beyond 64 bits is a bad value like any other.
-            return ExecuteResult(ran=False, reason="lease-error", code="invalid-input")
+            return ExecuteResult(ran=False, reason=_native.not_run_reason(False), code="invalid-input")
         return s
 
     @staticmethod
     def _not_run(acq: Any) -> ExecuteResult:
-        return ExecuteResult(ran=False, reason="lease-error" if acq.run is None else "lease-held", code=acq.code)
+        return ExecuteResult(ran=False, reason=_native.not_run_reason(acq.run is not None), code=acq.code)
 
     def _on_acquired(self, s: _Session, fence: FencingToken, started: int) -> None:
         s.fence = fence
