@@ -2,6 +2,7 @@
 // executeWithLease, guardIrreversible and the in-process effect ledger.
 
 const native = require('./native.cjs');
+const contract = require('./contract.cjs');
 const { HeartFleet, drive, driveStep } = require('./fleet.cjs');
 const { codedError, typeError, str, fence: fenceOf, opts: optsOf, describe, isThenable, messageOf, withExtras } = require('./util.cjs');
 
@@ -57,8 +58,8 @@ class LeaseLostError extends Error {
     this.name = 'LeaseLostError';
     /** `superseded`, `expired`, `released`, `not-found` or `store-unavailable`. */
     this.lost = cause;
-    /** `store-unavailable` for that cause, else `fence-rejected` (the core's). */
-    this.code = native.lostCode(cause);
+    /** `store-unavailable` for that cause, else `fence-rejected` (the contract's `lostCodes`). */
+    this.code = contract.lostCodes[cause];
     this.runId = runId;
   }
 }
@@ -98,13 +99,13 @@ async function executeWithLease(heart, options, work) {
   const notRun = (reason, code) => withExtras({ ran: false, reason }, { code, released: false });
   const validInt = (v) => typeof v === 'number' && Number.isSafeInteger(v);
   if (!validInt(ttlSeconds) || (renewEveryMs !== undefined && renewEveryMs !== null && !validInt(renewEveryMs))) {
-    return notRun(native.notRunReason(false), 'invalid-input');
+    return notRun(contract.notRunReasons.runMissing, 'invalid-input');
   }
   let session;
   try {
     session = native.NativeLeaseSession.create(ttlSeconds, renewEveryMs ?? null);
   } catch {
-    return notRun(native.notRunReason(false), 'invalid-input');
+    return notRun(contract.notRunReasons.runMissing, 'invalid-input');
   }
   const tick = () => {
     const t = Number(clock());
@@ -113,7 +114,7 @@ async function executeWithLease(heart, options, work) {
   };
   const started = tick();
   const acq = await heart.acquire(runId, owner, ttlSeconds);
-  if (!acq.acquired || !acq.fence) return notRun(native.notRunReason(acq.run !== null), acq.code);
+  if (!acq.acquired || !acq.fence) return notRun(acq.run === null ? contract.notRunReasons.runMissing : contract.notRunReasons.runFound, acq.code);
   session.onAcquired(JSON.stringify(acq.fence), started);
 
   let fence = acq.fence;

@@ -544,7 +544,7 @@ class HeartFleet {
       ? compactValue(this, this[NATIVE].renewCompact(f.runId, f.owner, f.leaseExpiresAt, f.epoch, ttlSeconds))
       : await drive(this, 'renew', { fence: f, ttlSeconds });
     if (r.outcome === 'ok') return { outcome: 'ok', value: freezeFence(r.value) };
-    return { outcome: 'rejected', cause: r.cause, code: native.lostCode(r.cause) };
+    return { outcome: 'rejected', cause: r.cause, code: contract.lostCodes[r.cause] };
   }
 
   /** `renew(fence, ttlSeconds)` → the new token, or null when the token no longer holds the lease. */
@@ -566,7 +566,7 @@ class HeartFleet {
       ? compactValue(this, this[NATIVE].releaseCompact(f.runId, f.owner, f.leaseExpiresAt, f.epoch, nextStatus))
       : await drive(this, 'release', { fence: f, nextStatus });
     if (r.outcome === 'ok') return { outcome: 'ok', value: r.value };
-    return { outcome: 'rejected', cause: r.cause, code: native.lostCode(r.cause) };
+    return { outcome: 'rejected', cause: r.cause, code: contract.lostCodes[r.cause] };
   }
 
   /**

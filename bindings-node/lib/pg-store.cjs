@@ -5,7 +5,6 @@
 
 const native = require('./native.cjs');
 const { typeError, codedError, rethrowNative, messageOf, describe } = require('./util.cjs');
-const contract = require('./contract.cjs');
 
 function loadPg() {
   try {
@@ -26,15 +25,18 @@ function param(p) {
 }
 
 const OPTIONS = ['pool', 'client', 'connectionString', 'max', 'prepare', 'queryTimeoutMs', 'connectTimeoutMs'];
-// The PostgreSQL stores' deadlines, the same in every driver (the contract's `postgres`):
-// one statement's answer by default, a new connection of a pool this store creates, the
-// longest a cancel request may take, and the longest statement deadline taken (ms).
-const {
-  statementTimeoutMs: DEFAULT_QUERY_TIMEOUT_MS,
-  connectTimeoutMs: DEFAULT_CONNECT_TIMEOUT_MS,
-  cancelGraceMs: CANCEL_TIMEOUT_MS,
-  maxStatementTimeoutMs: MAX_QUERY_TIMEOUT_MS,
-} = contract.postgres;
+let pgDeadlines = null;
+/**
+ * The PostgreSQL stores' deadlines, the same in every driver (the core's, ms):
+ * `statementTimeoutMs` (one statement's answer, by default), `maxStatementTimeoutMs`,
+ * `connectTimeoutMs` (a new connection of a pool this store creates, by default) and
+ * `cancelGraceMs` (the longest a cancel request may take). Read when first needed: the edge
+ * build of heart-fleet-wasm has no PostgreSQL store, and says so then.
+ */
+function deadlines() {
+  pgDeadlines ??= Object.freeze(JSON.parse(native.postgresDeadlines()));
+  return pgDeadlines;
+}
 /** PostgreSQL's CancelRequest code (the protocol's "1234.5678"). */
 const CANCEL_REQUEST_CODE = 80877102;
 /** The deadline's mark in a race with a statement's answer. */
@@ -50,7 +52,7 @@ function poolerUrl(connectionString) {
  * runs: a CancelRequest with the backend's key on a connection of its own, in plain text as
  * libpq and node-postgres send it (the key is its only credential). PgBouncer
  * forwards it to the server connection its client is linked to. Resolves once the server has
- * closed that connection (it acted on the request) or after CANCEL_TIMEOUT_MS, and never
+ * closed that connection (it acted on the request) or after the deadlines' cancelGraceMs, and never
  * rejects: a server that cannot be reached cannot be asked, and that statement's outcome
  * stays unknown (the recovery paths resolve it).
  */
@@ -68,7 +70,7 @@ function cancelStatement(conn) {
       resolve();
       return;
     }
-    const timer = setTimeout(() => socket.destroy(), CANCEL_TIMEOUT_MS);
+    const timer = setTimeout(() => socket.destroy(), deadlines().cancelGraceMs);
     // An error closes the socket; 'close' settles.
     socket.on('error', () => {});
     socket.on('close', () => {
@@ -374,14 +376,15 @@ class PgLeaseStore {
     const unknown = Object.keys(options).filter((k) => !OPTIONS.includes(k));
     if (unknown.length > 0) throw typeError(`PgLeaseStore: unknown option ${unknown.join(', ')} (the options are ${OPTIONS.join(', ')})`);
     const { pool, client, connectionString, max } = options;
-    // A timer's longest delay (2^31 - 1 ms) bounds the connect deadline; the contract's, a statement's.
+    const { statementTimeoutMs, maxStatementTimeoutMs, connectTimeoutMs: defaultConnectMs } = deadlines();
+    // A timer's longest delay (2^31 - 1 ms) bounds the connect deadline; the core's, a statement's.
     const timeout = (name, v, fallback, max) => {
       if (v === undefined) return fallback;
       if (!Number.isInteger(v) || v < 1 || v > max) throw typeError(`PgLeaseStore: ${name} must be milliseconds (an integer in 1..${max}), got ${describe(v)}`);
       return v;
     };
-    this._queryTimeoutMs = timeout('queryTimeoutMs', options.queryTimeoutMs, DEFAULT_QUERY_TIMEOUT_MS, MAX_QUERY_TIMEOUT_MS);
-    const connectTimeoutMs = timeout('connectTimeoutMs', options.connectTimeoutMs, DEFAULT_CONNECT_TIMEOUT_MS, 2 ** 31 - 1);
+    this._queryTimeoutMs = timeout('queryTimeoutMs', options.queryTimeoutMs, statementTimeoutMs, maxStatementTimeoutMs);
+    const connectTimeoutMs = timeout('connectTimeoutMs', options.connectTimeoutMs, defaultConnectMs, 2 ** 31 - 1);
     let db = pool ?? client;
     this._owned = false;
     if (db === undefined || db === null) {
@@ -628,7 +631,7 @@ class PgLeaseStore {
    * `receiptSink()` of this store (see receiptSink), waiting at most `connectMs` for a
    * connection; null for any other sink.
    */
-  _holdFor(sink, connectMs = DEFAULT_CONNECT_TIMEOUT_MS) {
+  _holdFor(sink, connectMs = deadlines().connectTimeoutMs) {
     const table = typeof sink === 'function' ? sink[RECEIPT_TABLE] : undefined;
     return table && table.store === this ? new HeldTransaction(this, table, connectMs) : null;
   }

@@ -87,18 +87,3 @@ pub fn heartbeat_interval(ttl_seconds: i64, renew_every_ms: Option<i64>) -> i64 
 pub fn release_status(work_succeeded: bool, release_to_ready: bool) -> &'static str {
     bridge::release_status(work_succeeded, release_to_ready)
 }
-
-/// Why execute-with-lease did not run the work after an acquire that did not win:
-/// `lease-held` when the run exists, else `lease-error` (the core's
-/// `session::NotRunReason::after_acquire`).
-#[napi]
-pub fn not_run_reason(run_found: bool) -> &'static str {
-    bridge::not_run_reason(run_found)
-}
-
-/// The error code of a lost lease's cause: `store-unavailable` for `store-unavailable`, else
-/// `fence-rejected` (the core's `LostCause::code`). Another text is `invalid-input`.
-#[napi]
-pub fn lost_code(cause: String) -> napi::Result<&'static str, Code> {
-    bridge::lost_code(&cause).map_err(from_heart)
-}

@@ -81,6 +81,13 @@ impl NativeReceiptAppender {
     }
 }
 
+/// A PostgreSQL store's deadlines (JSON: `statementTimeoutMs`, `maxStatementTimeoutMs`,
+/// `connectTimeoutMs`, `cancelGraceMs`), the same in every driver.
+#[napi]
+pub fn postgres_deadlines() -> String {
+    bridge::postgres_deadlines_json()
+}
+
 /// The server-side `statement_timeout` for a statement deadline of `client_ms` (a fifth
 /// shorter, by at most 100 ms): the core's `sql::deadlines::server_statement_timeout_ms`.
 #[napi]

@@ -22,7 +22,7 @@ import {
   MemoryEffectLedger,
 } from '../index.mjs';
 import { assertShape } from './helpers/shape.mjs';
-import contract from '../lib/contract.cjs';
+import native from '../lib/native.cjs';
 import { routeTest, directOnlyTest } from './helpers/pg-route.mjs';
 
 if (!process.env.DATABASE_URL) console.log('pg tests SKIPPED: DATABASE_URL is not set');
@@ -566,11 +566,12 @@ routeTest('PgLeaseStore options: unknown names and bad values are TypeErrors; th
   const pool = route.pool();
   assert.throws(() => new PgLeaseStore({ pool, queryTimeout: 5 }), (e) => e instanceof TypeError && e.code === 'invalid-input' && /queryTimeout/.test(e.message));
   assert.throws(() => new PgLeaseStore({ pool, queryTimeoutMs: 0 }), TypeError);
-  // A statement deadline of at most a day, as in every driver (the contract's postgres entry).
-  assert.equal(contract.postgres.maxStatementTimeoutMs, 86_400_000);
+  // A statement deadline of at most a day, as in every driver (the core's).
+  const deadlines = JSON.parse(native.postgresDeadlines());
+  assert.equal(deadlines.maxStatementTimeoutMs, 86_400_000);
   assert.throws(() => new PgLeaseStore({ pool, queryTimeoutMs: 86_400_001 }), (e) => e.code === 'invalid-input' && /queryTimeoutMs must be milliseconds \(an integer in 1\.\.86400000\)/.test(e.message));
   assert.equal(new PgLeaseStore({ pool, queryTimeoutMs: 86_400_000 })._queryTimeoutMs, 86_400_000);
-  assert.equal(new PgLeaseStore({ pool })._queryTimeoutMs, contract.postgres.statementTimeoutMs);
+  assert.equal(new PgLeaseStore({ pool })._queryTimeoutMs, deadlines.statementTimeoutMs);
   assert.throws(() => new PgLeaseStore({ pool, prepare: 'no' }), TypeError);
   assert.equal(new PgLeaseStore({ connectionString: `${route.db.url}?pgbouncer=true` })._prepare, false);
   assert.equal(new PgLeaseStore({ connectionString: route.db.url })._prepare, true);

@@ -784,21 +784,6 @@ fn release_status(work_succeeded: bool, release_to_ready: bool) -> &'static str 
     bridge::release_status(work_succeeded, release_to_ready)
 }
 
-/// Why execute-with-lease did not run the work after an acquire that did not win:
-/// `lease-held` when the run exists, else `lease-error` (the core's
-/// `session::NotRunReason::after_acquire`).
-#[pyfunction]
-fn not_run_reason(run_found: bool) -> &'static str {
-    bridge::not_run_reason(run_found)
-}
-
-/// The error code of a lost lease's cause: `store-unavailable` for `store-unavailable`, else
-/// `fence-rejected` (the core's `LostCause::code`). Another text is `invalid-input`.
-#[pyfunction]
-fn lost_code(cause: &str) -> PyResult<&'static str> {
-    bridge::lost_code(cause).map_err(py_err)
-}
-
 /// The heartbeat cadence: `renew_every_ms` or `max(1000, ttl_seconds * 1000 / 2)`.
 #[pyfunction]
 #[pyo3(signature = (ttl_seconds, renew_every_ms=None))]
@@ -911,6 +896,13 @@ fn store_request(kind: &str, args: &str) -> PyResult<String> {
 #[pyfunction]
 fn contract() -> String {
     bridge::contract_json()
+}
+
+/// A PostgreSQL store's deadlines (JSON: `statementTimeoutMs`, `maxStatementTimeoutMs`,
+/// `connectTimeoutMs`, `cancelGraceMs`), the same in every driver.
+#[pyfunction]
+fn postgres_deadlines() -> String {
+    bridge::postgres_deadlines_json()
 }
 
 /// The server-side `statement_timeout` for a statement deadline of `client_ms` (a fifth
@@ -1061,13 +1053,12 @@ fn native_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(instance_expired_ms, m)?)?;
     m.add_function(wrap_pyfunction!(heartbeat_interval, m)?)?;
     m.add_function(wrap_pyfunction!(release_status, m)?)?;
-    m.add_function(wrap_pyfunction!(not_run_reason, m)?)?;
-    m.add_function(wrap_pyfunction!(lost_code, m)?)?;
     m.add_function(wrap_pyfunction!(scenario_config, m)?)?;
     m.add_function(wrap_pyfunction!(native_replay, m)?)?;
     m.add_function(wrap_pyfunction!(store_request, m)?)?;
     m.add_function(wrap_pyfunction!(contract, m)?)?;
     m.add_function(wrap_pyfunction!(server_statement_timeout_ms, m)?)?;
+    m.add_function(wrap_pyfunction!(postgres_deadlines, m)?)?;
     m.add_function(wrap_pyfunction!(seeded_row_json, m)?)?;
     m.add_function(wrap_pyfunction!(unstorable_evidence, m)?)?;
     m.add_function(wrap_pyfunction!(sql::sql_statements, m)?)?;

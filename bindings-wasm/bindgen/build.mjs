@@ -39,7 +39,8 @@ const t0 = Date.now();
 mkdirSync(build, { recursive: true });
 
 /**
- * wasm-opt -Oz of `input` into `output` (the profile already builds with opt-level z and LTO).
+ * wasm-opt -Oz --converge of `input` into `output` (the profile already builds with opt-level z
+ * and LTO).
  * It takes ~15 s: skipped when its input is byte for byte the last one it optimized into
  * `output` (the input's digest is kept in `stamp`).
  */
@@ -50,7 +51,8 @@ function wasmOpt(input, output, stamp) {
     return;
   }
   const features = ['bulk-memory', 'nontrapping-float-to-int', 'sign-ext', 'mutable-globals', 'multivalue', 'reference-types'];
-  run(bin('wasm-opt'), ['-Oz', ...features.map((f) => `--enable-${f}`), input, '-o', output]);
+  // --converge: the passes again until the module stops shrinking (a few hundred bytes).
+  run(bin('wasm-opt'), ['-Oz', '--converge', ...features.map((f) => `--enable-${f}`), input, '-o', output]);
   writeFileSync(stamp, inputHash);
 }
 

@@ -127,16 +127,6 @@ impl LostCause {
         LostCause::StoreUnavailable,
     ];
 
-    /// The cause named by its stable text.
-    pub fn parse(text: &str) -> Result<LostCause, HeartError> {
-        LostCause::ALL.into_iter().find(|c| c.as_str() == text).ok_or_else(|| {
-            HeartError::invalid(format!(
-                "not a lost cause: {text:?} (one of {})",
-                LostCause::ALL.map(LostCause::as_str).join(", ")
-            ))
-        })
-    }
-
     /// The error code a lost lease reports (a rejected renew or release, the lease-lost
     /// signal): `store-unavailable` when renewals kept failing, else `fence-rejected` (the
     /// token no longer proves a live lease).

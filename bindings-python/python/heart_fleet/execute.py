@@ -50,6 +50,10 @@ __all__ = [
 
 T = TypeVar("T")
 
+#: Why the work did not run after an acquire that did not win, by whether the run was found
+#: (the contract's ``notRunReasons``, from the core).
+_NOT_RUN: dict[str, str] = _check.CONTRACT["notRunReasons"]
+
 
 class MemoryEffectLedger:
     """The reference's in-process ledger, a set of (run_id, effect_key): the core's. Lost on
@@ -358,12 +362,12 @@ class LeaseScope(Generic[T]):
             s.native = _native.NativeLeaseSession.create(self.ttl_seconds, self.renew_every_ms)
         except (HeartFleetError, OverflowError):
             # OverflowError: a ttl or period beyond 64 bits is a bad value like any other.
-            return ExecuteResult(ran=False, reason=_native.not_run_reason(False), code="invalid-input")
+            return ExecuteResult(ran=False, reason=_NOT_RUN["runMissing"], code="invalid-input")
         return s
 
     @staticmethod
     def _not_run(acq: Any) -> ExecuteResult:
-        return ExecuteResult(ran=False, reason=_native.not_run_reason(acq.run is not None), code=acq.code)
+        return ExecuteResult(ran=False, reason=_NOT_RUN["runMissing" if acq.run is None else "runFound"], code=acq.code)
 
     def _on_acquired(self, s: _Session, fence: FencingToken, started: int) -> None:
         s.fence = fence

@@ -53,13 +53,13 @@ def _args(**kw: Any) -> str:
 def _fenced_token(v: Any) -> FencedOutcome:
     if v.get("outcome") == "ok":
         return FencedOutcome("ok", value=FencingToken.from_json(v["value"]))
-    return FencedOutcome("rejected", cause=v["cause"], code=_native.lost_code(v["cause"]))
+    return FencedOutcome("rejected", cause=v["cause"], code=_check.CONTRACT["lostCodes"][v["cause"]])
 
 
 def _fenced_row(v: Any) -> FencedOutcome:
     if v.get("outcome") == "ok":
         return FencedOutcome("ok", value=RunRow.from_json(v["value"]))
-    return FencedOutcome("rejected", cause=v["cause"], code=_native.lost_code(v["cause"]))
+    return FencedOutcome("rejected", cause=v["cause"], code=_check.CONTRACT["lostCodes"][v["cause"]])
 
 
 def _run_or_none(v: Any) -> RunRow | None:

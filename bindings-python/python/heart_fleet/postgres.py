@@ -62,9 +62,8 @@ __all__ = ["PsycopgLeaseStore", "AsyncPsycopgLeaseStore"]
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 _POOLER = re.compile(r"(^|[?&\s])pgbouncer=(true|1|false|0)(?=$|[&\s])")
 
-#: The PostgreSQL stores' deadlines, the same in every driver (the contract's ``postgres``
-#: entry, from the core).
-_DEADLINES: dict[str, int] = _check.CONTRACT["postgres"]
+#: The PostgreSQL stores' deadlines, the same in every driver (from the core).
+_DEADLINES: dict[str, int] = json.loads(_native.postgres_deadlines())
 #: The seconds connecting may take when neither the conninfo nor the caller sets ``connect_timeout``.
 DEFAULT_CONNECT_TIMEOUT_S = _DEADLINES["connectTimeoutMs"] // 1000
 #: The default deadline of one statement, in milliseconds.

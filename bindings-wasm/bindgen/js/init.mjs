@@ -53,7 +53,7 @@ function missing(what) {
     throw e;
   };
 }
-for (const name of ['sqlRender', 'sqlDecode', 'sqlMigrationPlan', 'sqlReceiptInsert', 'nativeReplay', 'scenarioConfig']) {
+for (const name of ['sqlRender', 'sqlDecode', 'sqlMigrationPlan', 'sqlReceiptInsert', 'postgresDeadlines', 'serverStatementTimeoutMs', 'nativeReplay', 'scenarioConfig']) {
   if (typeof native[name] !== 'function') native[name] = missing(name);
 }
 if (verifierError) {

@@ -241,3 +241,22 @@ impl NativeReferenceRequests {
         self.inner.failed();
     }
 }
+
+/// A PostgreSQL store's deadlines (JSON: `statementTimeoutMs`, `maxStatementTimeoutMs`,
+/// `connectTimeoutMs`, `cancelGraceMs`), the same in every driver.
+#[cfg(feature = "sql")]
+#[wasm_bindgen(js_name = postgresDeadlines)]
+pub fn postgres_deadlines() -> String {
+    bridge::postgres_deadlines_json()
+}
+
+/// The server-side `statement_timeout` for a statement deadline of `clientMs` (a fifth
+/// shorter, by at most 100 ms): the core's `sql::deadlines::server_statement_timeout_ms`.
+#[cfg(feature = "sql")]
+#[wasm_bindgen(js_name = serverStatementTimeoutMs)]
+pub fn server_statement_timeout_ms(client_ms: JsValue) -> Result<f64, JsValue> {
+    let ms = uint32("clientMs", &client_ms)?;
+    let server = heart_fleet_core::sql::deadlines::server_statement_timeout_ms(u64::from(ms));
+    // At most the client's deadline, so within u32.
+    Ok(f64::from(u32::try_from(server).unwrap_or(ms)))
+}

@@ -131,11 +131,19 @@ pub fn instance_expired_ms(status: &str, last_heartbeat_ms: f64, now_ms: f64, tt
 /// `heldStatuses` (the statuses of a held lease), `maxTtlSeconds`, `digestPrefix`,
 /// `receiptSchemaVersion`, `maxJsonDepth`, `maxEvidenceDepth`, `maxCasRetries`, `operations`
 /// (the names [`Call::parse`] takes), `leaseStoreMethods` (the TypeScript package's store
-/// contract), `defaults` (what an option left out becomes) and `postgres` (the PostgreSQL
-/// stores' deadlines, [`crate::sql::deadlines`]).
+/// contract), `defaults` (what an option left out becomes), `lostCodes` (the error code of
+/// each cause a lease is lost for, [`crate::ops::LostCause::code`]), `notRunReasons`
+/// (execute-with-lease's reason when the acquire did not win, by whether the run was found:
+/// [`crate::session::NotRunReason::after_acquire`]). The PostgreSQL stores' deadlines are
+/// [`postgres_deadlines_json`].
 pub fn contract_json() -> String {
     use crate::ops;
-    use crate::sql::deadlines;
+    use crate::session::NotRunReason;
+    // Inserted one at a time: collecting into the map would sort in bulk, kilobytes of wasm.
+    let mut lost_codes = serde_json::Map::new();
+    for cause in ops::LostCause::ALL {
+        lost_codes.insert(cause.as_str().to_owned(), cause.code().as_str().into());
+    }
     serde_json::json!({
         "errorCodes": error_codes(),
         "runStatuses": crate::RunStatus::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
@@ -160,12 +168,26 @@ pub fn contract_json() -> String {
             "storeTimeoutMs": ops::DEFAULT_STORE_TIMEOUT_MS,
             "casRetries": DEFAULT_CAS_RETRIES,
         },
-        "postgres": {
-            "statementTimeoutMs": deadlines::DEFAULT_STATEMENT_TIMEOUT_MS,
-            "maxStatementTimeoutMs": deadlines::MAX_STATEMENT_TIMEOUT_MS,
-            "connectTimeoutMs": deadlines::CONNECT_TIMEOUT_MS,
-            "cancelGraceMs": deadlines::CANCEL_GRACE_MS,
+        "lostCodes": lost_codes,
+        "notRunReasons": {
+            "runFound": NotRunReason::after_acquire(true).as_str(),
+            "runMissing": NotRunReason::after_acquire(false).as_str(),
         },
+    })
+    .to_string()
+}
+
+/// A PostgreSQL store's deadlines, the same in every driver ([`crate::sql::deadlines`]), as
+/// JSON: `statementTimeoutMs` (a statement's default), `maxStatementTimeoutMs`,
+/// `connectTimeoutMs` and `cancelGraceMs`. Apart from [`contract_json`], so that builds
+/// without a PostgreSQL store (the edge wasm) do not carry it.
+pub fn postgres_deadlines_json() -> String {
+    use crate::sql::deadlines;
+    serde_json::json!({
+        "statementTimeoutMs": deadlines::DEFAULT_STATEMENT_TIMEOUT_MS,
+        "maxStatementTimeoutMs": deadlines::MAX_STATEMENT_TIMEOUT_MS,
+        "connectTimeoutMs": deadlines::CONNECT_TIMEOUT_MS,
+        "cancelGraceMs": deadlines::CANCEL_GRACE_MS,
     })
     .to_string()
 }

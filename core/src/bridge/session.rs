@@ -102,20 +102,6 @@ pub fn release_status(work_succeeded: bool, release_to_ready: bool) -> &'static 
     crate::session::release_status(work_succeeded, release_to_ready).as_str()
 }
 
-/// Why execute-with-lease did not run the work after an acquire that did not win:
-/// `lease-held` when the run exists, else `lease-error` (not found, or bad input; see
-/// [`crate::session::NotRunReason::after_acquire`]).
-pub fn not_run_reason(run_found: bool) -> &'static str {
-    crate::session::NotRunReason::after_acquire(run_found).as_str()
-}
-
-/// The error code of a lost lease's cause (`store-unavailable` for `store-unavailable`, else
-/// `fence-rejected`; [`crate::ops::LostCause::code`]). Text that names no cause is
-/// `invalid-input`.
-pub fn lost_code(cause: &str) -> BridgeResult<&'static str> {
-    crate::ops::LostCause::parse(cause).map(|c| c.code().as_str())
-}
-
 /// The heartbeat period (ms) for a lease of `ttl_seconds`: `renew_every_ms` when given,
 /// else the reference's `max(1000, ttl*1000/2)`.
 pub fn heartbeat_interval(ttl_seconds: i64, renew_every_ms: Option<i64>) -> i64 {
@@ -124,20 +110,26 @@ pub fn heartbeat_interval(ttl_seconds: i64, renew_every_ms: Option<i64>) -> i64 
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use serde_json::{Value, json};
 
     #[test]
-    fn a_lost_cause_reports_fence_rejected_unless_the_store_failed() {
-        for cause in ["superseded", "expired", "released", "not-found"] {
-            assert_eq!(lost_code(cause).unwrap(), "fence-rejected", "{cause}");
-        }
-        assert_eq!(lost_code("store-unavailable").unwrap(), "store-unavailable");
-        assert_eq!(lost_code("gone").unwrap_err().code, ErrorCode::InvalidInput);
-    }
-
-    #[test]
-    fn work_not_run_is_lease_held_only_when_the_run_exists() {
-        assert_eq!(not_run_reason(true), "lease-held");
-        assert_eq!(not_run_reason(false), "lease-error");
+    fn the_contract_names_the_code_of_each_lost_cause_and_why_work_did_not_run() {
+        let contract: Value = serde_json::from_str(&super::super::contract_json()).unwrap();
+        assert_eq!(
+            contract["lostCodes"],
+            json!({
+                "superseded": "fence-rejected",
+                "expired": "fence-rejected",
+                "released": "fence-rejected",
+                "not-found": "fence-rejected",
+                "store-unavailable": "store-unavailable",
+            })
+        );
+        assert_eq!(contract["notRunReasons"], json!({"runFound": "lease-held", "runMissing": "lease-error"}));
+        let postgres: Value = serde_json::from_str(&super::super::postgres_deadlines_json()).unwrap();
+        assert_eq!(
+            postgres,
+            json!({"statementTimeoutMs": 10_000, "maxStatementTimeoutMs": 86_400_000, "connectTimeoutMs": 5_000, "cancelGraceMs": 1_000})
+        );
     }
 }

@@ -1,8 +1,8 @@
 //! How long a PostgreSQL store waits, the same in every driver (the Rust `PgStore`, Node's
 //! `PgLeaseStore`, Python's `PsycopgLeaseStore`): a statement's client-side deadline, the
 //! server's own `statement_timeout` just inside it, the connect deadline and the grace a
-//! cancel request gets. The hosts take these values from here (the contract's `postgres`
-//! entry, [`crate::bridge::contract_json`]) and keep no copy.
+//! cancel request gets. The hosts take these values from here
+//! ([`crate::bridge::postgres_deadlines_json`]) and keep no copy.
 
 /// How long one statement may take, client-side, when the caller sets nothing.
 pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 10_000;
