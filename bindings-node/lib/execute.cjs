@@ -99,13 +99,13 @@ async function executeWithLease(heart, options, work) {
   const notRun = (reason, code) => withExtras({ ran: false, reason }, { code, released: false });
   const validInt = (v) => typeof v === 'number' && Number.isSafeInteger(v);
   if (!validInt(ttlSeconds) || (renewEveryMs !== undefined && renewEveryMs !== null && !validInt(renewEveryMs))) {
-    return notRun(contract.notRunReasons.runMissing, 'invalid-input');
+    return notRun(contract.notRunReasons.invalidInput, 'invalid-input');
   }
   let session;
   try {
     session = native.NativeLeaseSession.create(ttlSeconds, renewEveryMs ?? null);
   } catch {
-    return notRun(contract.notRunReasons.runMissing, 'invalid-input');
+    return notRun(contract.notRunReasons.invalidInput, 'invalid-input');
   }
   const tick = () => {
     const t = Number(clock());

@@ -341,8 +341,8 @@ class HeldTransaction {
  * `new PgLeaseStore({pool})` or `{client}` (anything with node-postgres's `query(config)`),
  * or `{connectionString, max?}` (creates a `pg.Pool`; `end()` closes it).
  *
- * * Deadlines: each statement waits at most `queryTimeoutMs` (default 10000) for its
- *   answer, and a pool this store creates waits at most `connectTimeoutMs` (default 5000) for
+ * * Deadlines: each statement waits at most `queryTimeoutMs` (default 10000, at most
+ *   86400000: a day, as in every driver) for its answer, and a pool this store creates waits at most `connectTimeoutMs` (default 5000) for
  *   a connection. A server backend does not notice that its client gave up, so a statement
  *   past its deadline (say, waiting for a lock) would still land once it could. On a pool
  *   (this store's, or a `pg.Pool` you pass) each statement runs on a connection checked out
@@ -378,9 +378,9 @@ class PgLeaseStore {
     const { pool, client, connectionString, max } = options;
     const { statementTimeoutMs, maxStatementTimeoutMs, connectTimeoutMs: defaultConnectMs } = deadlines();
     // A timer's longest delay (2^31 - 1 ms) bounds the connect deadline; the core's, a statement's.
-    const timeout = (name, v, fallback, max) => {
+    const timeout = (name, v, fallback, most) => {
       if (v === undefined) return fallback;
-      if (!Number.isInteger(v) || v < 1 || v > max) throw typeError(`PgLeaseStore: ${name} must be milliseconds (an integer in 1..${max}), got ${describe(v)}`);
+      if (!Number.isInteger(v) || v < 1 || v > most) throw typeError(`PgLeaseStore: ${name} must be milliseconds (an integer in 1..${most}), got ${describe(v)}`);
       return v;
     };
     this._queryTimeoutMs = timeout('queryTimeoutMs', options.queryTimeoutMs, statementTimeoutMs, maxStatementTimeoutMs);

@@ -66,7 +66,8 @@ pub fn error_codes() -> Vec<String> {
 }
 
 /// The contract's constants (JSON; `bridge::contract_json` in the core): error codes, run
-/// statuses, next statuses, channels, the ttl bound, the operation names and the defaults.
+/// statuses, next statuses, channels, the ttl bound, the operation names, the defaults, the
+/// error code of each lost cause and why execute-with-lease did not run the work.
 #[napi]
 pub fn contract() -> String {
     bridge::contract_json()

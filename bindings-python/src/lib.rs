@@ -891,8 +891,8 @@ fn store_request(kind: &str, args: &str) -> PyResult<String> {
 }
 
 /// The contract's constants (JSON; `bridge::contract_json` in the core): error codes, run
-/// statuses, channels, limits, operation names and defaults, for Python to take instead of
-/// copying.
+/// statuses, channels, limits, operation names, defaults, the error code of each lost cause
+/// and why execute-with-lease did not run the work, for Python to take instead of copying.
 #[pyfunction]
 fn contract() -> String {
     bridge::contract_json()

@@ -41,7 +41,7 @@ mkdirSync(build, { recursive: true });
 /**
  * wasm-opt -Oz --converge of `input` into `output` (the profile already builds with opt-level z
  * and LTO).
- * It takes ~15 s: skipped when its input is byte for byte the last one it optimized into
+ * It takes tens of seconds: skipped when its input is byte for byte the last one it optimized into
  * `output` (the input's digest is kept in `stamp`).
  */
 function wasmOpt(input, output, stamp) {

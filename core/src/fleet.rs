@@ -403,7 +403,7 @@ impl<S: LeaseStore> HeartFleet<S> {
         };
         let mut session = match LeaseSession::new(opts.ttl_seconds, opts.renew_every_ms) {
             Ok(s) => s,
-            Err(_) => return Ok(Ok(not_run(NotRunReason::LeaseError, Some(ErrorCode::InvalidInput)))),
+            Err(_) => return Ok(Ok(not_run(NotRunReason::ON_INVALID_INPUT, Some(ErrorCode::InvalidInput)))),
         };
         let started =
             self.store.execute(StoreRequest::Now).map_err(|e| HeartError::store("execute: read the clock", &e))?.now.0;

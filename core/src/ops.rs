@@ -118,7 +118,7 @@ impl LostCause {
         }
     }
 
-    /// Every cause, in declaration order.
+    /// Every cause, in declaration order (a test's exhaustive match keeps it complete).
     pub const ALL: [LostCause; 5] = [
         LostCause::Superseded,
         LostCause::Expired,
@@ -1002,4 +1002,27 @@ pub fn force_release(run_id: &str) -> Machine<RunRow> {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_lost_cause_is_listed_and_has_its_code() {
+        // Exhaustive, so that a new cause fails to compile here: give it its place in `ALL`.
+        let place = |c: LostCause| match c {
+            LostCause::Superseded => 0,
+            LostCause::Expired => 1,
+            LostCause::Released => 2,
+            LostCause::NotFound => 3,
+            LostCause::StoreUnavailable => 4,
+        };
+        for (i, c) in LostCause::ALL.into_iter().enumerate() {
+            assert_eq!(place(c), i, "{}", c.as_str());
+            let expected =
+                if c == LostCause::StoreUnavailable { ErrorCode::StoreUnavailable } else { ErrorCode::FenceRejected };
+            assert_eq!(c.code(), expected, "{}", c.as_str());
+        }
+    }
 }

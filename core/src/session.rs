@@ -40,6 +40,10 @@ pub enum NotRunReason {
 }
 
 impl NotRunReason {
+    /// Why execute-with-lease did not run the work when its options were bad (the ttl or the
+    /// renewal period): `lease-error`.
+    pub const ON_INVALID_INPUT: NotRunReason = NotRunReason::LeaseError;
+
     /// Why an acquire that did not win leaves the work not run: `lease-held` when the run
     /// exists (`run_found`), else `lease-error` (not found, or bad input).
     pub fn after_acquire(run_found: bool) -> NotRunReason {

@@ -50,8 +50,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Why the work did not run after an acquire that did not win, by whether the run was found
-#: (the contract's ``notRunReasons``, from the core).
+#: Why the work did not run: after an acquire that did not win, by whether the run was found,
+#: and when the options were bad (the contract's ``notRunReasons``, from the core).
 _NOT_RUN: dict[str, str] = _check.CONTRACT["notRunReasons"]
 
 
@@ -362,7 +362,7 @@ class LeaseScope(Generic[T]):
             s.native = _native.NativeLeaseSession.create(self.ttl_seconds, self.renew_every_ms)
         except (HeartFleetError, OverflowError):
             # OverflowError: a ttl or period beyond 64 bits is a bad value like any other.
-            return ExecuteResult(ran=False, reason=_NOT_RUN["runMissing"], code="invalid-input")
+            return ExecuteResult(ran=False, reason=_NOT_RUN["invalidInput"], code="invalid-input")
         return s
 
     @staticmethod
@@ -588,7 +588,7 @@ class LeaseScope(Generic[T]):
 
 
 def _not_acquired(r: ExecuteResult, run_id: str) -> HeartFleetError:
-    if r.reason == "lease-held" and r.code in (None, "lease-held"):
+    if r.reason == _NOT_RUN["runFound"] and r.code in (None, "lease-held"):
         return LeaseHeldError(f"run {run_id} is held by another owner")
     if r.code is None:
         return FenceRejectedError(f"could not lease run {run_id}")

@@ -133,8 +133,8 @@ pub fn instance_expired_ms(status: &str, last_heartbeat_ms: f64, now_ms: f64, tt
 /// (the names [`Call::parse`] takes), `leaseStoreMethods` (the TypeScript package's store
 /// contract), `defaults` (what an option left out becomes), `lostCodes` (the error code of
 /// each cause a lease is lost for, [`crate::ops::LostCause::code`]), `notRunReasons`
-/// (execute-with-lease's reason when the acquire did not win, by whether the run was found:
-/// [`crate::session::NotRunReason::after_acquire`]). The PostgreSQL stores' deadlines are
+/// (execute-with-lease's reason when the acquire did not win, by whether the run was found,
+/// [`crate::session::NotRunReason::after_acquire`], and when its options were bad). The PostgreSQL stores' deadlines are
 /// [`postgres_deadlines_json`].
 pub fn contract_json() -> String {
     use crate::ops;
@@ -172,6 +172,7 @@ pub fn contract_json() -> String {
         "notRunReasons": {
             "runFound": NotRunReason::after_acquire(true).as_str(),
             "runMissing": NotRunReason::after_acquire(false).as_str(),
+            "invalidInput": NotRunReason::ON_INVALID_INPUT.as_str(),
         },
     })
     .to_string()

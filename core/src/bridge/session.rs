@@ -125,11 +125,9 @@ mod tests {
                 "store-unavailable": "store-unavailable",
             })
         );
-        assert_eq!(contract["notRunReasons"], json!({"runFound": "lease-held", "runMissing": "lease-error"}));
-        let postgres: Value = serde_json::from_str(&super::super::postgres_deadlines_json()).unwrap();
         assert_eq!(
-            postgres,
-            json!({"statementTimeoutMs": 10_000, "maxStatementTimeoutMs": 86_400_000, "connectTimeoutMs": 5_000, "cancelGraceMs": 1_000})
+            contract["notRunReasons"],
+            json!({"runFound": "lease-held", "runMissing": "lease-error", "invalidInput": "lease-error"})
         );
     }
 }

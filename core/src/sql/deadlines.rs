@@ -10,7 +10,8 @@ pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 10_000;
 /// The longest statement deadline a store takes (a day): more is a mistake in the unit.
 pub const MAX_STATEMENT_TIMEOUT_MS: u64 = 86_400_000;
 
-/// How long connecting may take when neither the URL nor the caller says.
+/// How long connecting may take when neither the URL nor the caller says. Whole seconds of at
+/// least 2: libpq (psycopg) takes `connect_timeout` in seconds, as at least 2, and 0 as never.
 pub const CONNECT_TIMEOUT_MS: u64 = 5_000;
 
 /// Past a statement's deadline, how long the client waits for the server to take its cancel
@@ -35,5 +36,25 @@ mod tests {
         assert_eq!(server_statement_timeout_ms(4), 4);
         assert_eq!(server_statement_timeout_ms(1), 1);
         assert_eq!(server_statement_timeout_ms(0), 1);
+    }
+
+    #[test]
+    fn the_connect_deadline_is_whole_seconds_libpq_can_take() {
+        assert_eq!(CONNECT_TIMEOUT_MS % 1000, 0);
+        assert!(CONNECT_TIMEOUT_MS >= 2000);
+    }
+
+    #[test]
+    fn the_hosts_read_the_deadlines_as_json() {
+        let json: serde_json::Value = serde_json::from_str(&crate::bridge::postgres_deadlines_json()).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "statementTimeoutMs": 10_000,
+                "maxStatementTimeoutMs": 86_400_000,
+                "connectTimeoutMs": 5_000,
+                "cancelGraceMs": 1_000,
+            })
+        );
     }
 }
