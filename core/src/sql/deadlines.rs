@@ -13,6 +13,10 @@ pub const MAX_STATEMENT_TIMEOUT_MS: u64 = 86_400_000;
 /// How long connecting may take when neither the URL nor the caller says. Whole seconds of at
 /// least 2: libpq (psycopg) takes `connect_timeout` in seconds, as at least 2, and 0 as never.
 pub const CONNECT_TIMEOUT_MS: u64 = 5_000;
+const _: () = assert!(
+    CONNECT_TIMEOUT_MS.is_multiple_of(1000) && CONNECT_TIMEOUT_MS >= 2000,
+    "libpq takes whole seconds, at least 2"
+);
 
 /// Past a statement's deadline, how long the client waits for the server to take its cancel
 /// request before it gives up on the connection.
@@ -36,12 +40,6 @@ mod tests {
         assert_eq!(server_statement_timeout_ms(4), 4);
         assert_eq!(server_statement_timeout_ms(1), 1);
         assert_eq!(server_statement_timeout_ms(0), 1);
-    }
-
-    #[test]
-    fn the_connect_deadline_is_whole_seconds_libpq_can_take() {
-        assert_eq!(CONNECT_TIMEOUT_MS % 1000, 0);
-        assert!(CONNECT_TIMEOUT_MS >= 2000);
     }
 
     #[test]
