@@ -342,8 +342,8 @@ class HeldTransaction {
  * or `{connectionString, max?}` (creates a `pg.Pool`; `end()` closes it).
  *
  * * Deadlines: each statement waits at most `queryTimeoutMs` (default 10000, at most
- *   86400000: a day, as in every driver) for its answer, and a pool this store creates waits at most `connectTimeoutMs` (default 5000) for
- *   a connection. A server backend does not notice that its client gave up, so a statement
+ *   86400000: a day, as in every driver) for its answer, and a pool this store creates waits
+ *   at most `connectTimeoutMs` (default 5000) for a connection. A server backend does not notice that its client gave up, so a statement
  *   past its deadline (say, waiting for a lock) would still land once it could. On a pool
  *   (this store's, or a `pg.Pool` you pass) each statement runs on a connection checked out
  *   for it; one that misses the deadline makes the store send the server a cancel request for
