@@ -12,7 +12,9 @@
 // methods"): a write is a compare-and-set, conditionalUpdate conditioned (eq) on every
 // column the decision read with the values as read, decided again on a fresh read when the
 // row changed in between (at most casRetries times, then store-unavailable, never a silent
-// miss). This file makes the calls the core asks for; it decides nothing.
+// miss); renew, verifyFence and a release to a final status are one conditionalUpdate with
+// the conditions the core states ({eq, in}), as the TypeScript package writes them. This
+// file makes the calls the core asks for; it decides nothing.
 //
 // What this contract cannot guarantee, unlike a store that executes requests itself:
 //  * The clock is the store's now(), read by the worker: when every worker's store reads its
@@ -168,6 +170,12 @@ async function leaseStoreCall(target, text, calls) {
       const eq = {};
       if (columns) for (const c of columns.split(',')) eq[c] = raw[c];
       const written = await call(calls, 'conditionalUpdate', runId, JSON.parse(patch), { eq });
+      return target.resumeWritten(rowText('conditionalUpdate', written));
+    }
+    case 119: {
+      // w: conditionalUpdate(runId, patch, {eq, in}), the conditions given whole (no read)
+      const [, runId, patch, conditions] = text.split(separator());
+      const written = await call(calls, 'conditionalUpdate', runId, JSON.parse(patch), JSON.parse(conditions));
       return target.resumeWritten(rowText('conditionalUpdate', written));
     }
     case 102: {

@@ -203,7 +203,70 @@ for (const async of [false, true]) {
     assertShape(await heart.acquire(MISSING, 'C', 60), { acquired: false, run: null, reason: 'Run not found' }, { code: 'run-not-found' });
     assert.deepEqual(store.calls, ['now', 'getRun']);
   });
+
+  test(`a user's LeaseStore (${mode}): renew, verifyFence and a release to a final status are the reference's own calls, the clock then one conditionalUpdate`, async () => {
+    const store = mapStore([READY], { now: T, async });
+    const written = [];
+    const update = store.conditionalUpdate;
+    store.conditionalUpdate = (id, updates, conditions) => {
+      written.push([updates, conditions]);
+      return update(id, updates, conditions);
+    };
+    const heart = new HeartFleet({ store });
+    const a = await heart.acquire(R, 'worker-A', 60);
+    const held = { eq: { lease_expires_at: plus(T, 60_000), lease_owner: 'worker-A' }, in: { status: ['leased', 'running'] } };
+    for (const [what, op, updates] of [
+      ['verifyFence', () => heart.verifyFence(a.fence), { updated_at: plus(T, 1_000) }],
+      ['renew', () => heart.renew(a.fence, 60), { lease_expires_at: plus(T, 61_000), updated_at: plus(T, 1_000) }],
+    ]) {
+      store.advance(what === 'verifyFence' ? 1_000 : 0);
+      store.calls.length = 0;
+      written.length = 0;
+      assert.ok(await op(), what);
+      assert.deepEqual(store.calls, ['now', 'conditionalUpdate'], what);
+      assert.deepEqual(written, [[updates, held]], what);
+    }
+    // The token the renew replaced: the write misses, and the core decides on the row why.
+    store.calls.length = 0;
+    assert.equal(await heart.verifyFence(a.fence), false);
+    assert.deepEqual(store.calls, ['now', 'conditionalUpdate', 'now', 'getRun']);
+    const fence = { ...a.fence, leaseExpiresAt: plus(T, 61_000) };
+    store.calls.length = 0;
+    written.length = 0;
+    const released = await heart.release(fence, 'completed');
+    assert.equal(released.status, 'completed');
+    assert.deepEqual(store.calls, ['now', 'conditionalUpdate']);
+    assert.deepEqual(written, [
+      [{ lease_expires_at: null, lease_owner: null, status: 'completed', updated_at: plus(T, 1_000) }, { ...held, eq: { ...held.eq, lease_expires_at: plus(T, 61_000) } }],
+    ]);
+    assert.deepEqual(store.data.get(R), { ...READY, status: 'completed', updated_at: plus(T, 1_000) });
+    assert.deepEqual(
+      heart.receipts().map((r) => r.event),
+      ['acquired', 'fence_verified', 'renewed', 'fence_rejected', 'released'],
+    );
+  });
 }
+
+test("a user's LeaseStore that keeps timestamps in its own text: a write stated whole misses, and the core decides it on the row", async () => {
+  // PostgreSQL's text form, as a store over timestamptz returns it.
+  const pgText = (iso) => (typeof iso === 'string' ? iso.replace(/\.000Z$/, '+00:00') : iso);
+  const store = mapStore([READY], { now: T });
+  const update = store.conditionalUpdate;
+  store.conditionalUpdate = async (id, updates, conditions) => {
+    const row = await update(id, updates, conditions);
+    if (row) store.data.set(id, { ...store.data.get(id), lease_expires_at: pgText(row.lease_expires_at) });
+    return row && { ...row, lease_expires_at: pgText(row.lease_expires_at) };
+  };
+  const heart = new HeartFleet({ store });
+  const a = await heart.acquire(R, 'worker-A', 60);
+  assert.equal(store.data.get(R).lease_expires_at, '2026-07-30T00:01:00+00:00');
+  store.calls.length = 0;
+  assert.equal(await heart.verifyFence(a.fence), true);
+  // The stated write misses on the text; the core reads the row, decides the token holds,
+  // and writes conditioned on the values as read.
+  assert.deepEqual(store.calls, ['now', 'conditionalUpdate', 'now', 'getRun', 'conditionalUpdate']);
+  assert.deepEqual(heart.receipts().map((r) => r.event), ['acquired', 'fence_verified']);
+});
 
 test("a user's LeaseStore: rows written by another node (other timestamp text, no fencing_epoch) are compared as read", async () => {
   // A lease an old node left: PostgreSQL's text form of the expiry, expired at T.

@@ -136,6 +136,7 @@ impl<const N: usize> HashSink<N> {
     }
 
     /// Discards everything written so far.
+    #[cfg(not(target_family = "wasm"))]
     fn reset(&mut self) {
         self.hasher = Sha256::new();
         self.len = 0;
@@ -672,11 +673,22 @@ fn write_members_sorted<S: Sink>(map: &Map<String, Value>, out: &mut S) {
 
 /// Streams the canonical form of `value` into `sink`, restarting with the sorting pass if the
 /// optimistic pass meets an out-of-order object.
+#[cfg(not(target_family = "wasm"))]
 fn hash_value(value: &Value, sink: &mut HashSink) {
     if write_value::<HashSink, false>(value, sink).is_err() {
         sink.reset();
         let _ = write_value::<HashSink, true>(value, sink);
     }
+}
+
+/// The canonical text of `value`, hashed. In WebAssembly, where the module's size is what
+/// edge platforms limit, the value writer exists once (for `String`): streaming it into the
+/// hasher as natively would compile a second copy of it (about 4 KB).
+#[cfg(target_family = "wasm")]
+fn hash_value(value: &Value, sink: &mut HashSink) {
+    let mut text = String::new();
+    canonicalize_into(value, &mut text);
+    sink.put(&text);
 }
 
 /// Canonical JSON text of `value` (reference `canonicalize`).

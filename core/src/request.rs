@@ -198,6 +198,16 @@ impl Val {
     pub fn opt_time(t: Option<Timestamp>) -> Val {
         t.map_or(Val::Null, Val::Time)
     }
+    /// The value, borrowed.
+    pub fn as_ref(&self) -> ValRef<'_> {
+        match self {
+            Val::Null => ValRef::Null,
+            Val::Text(t) => ValRef::Text(t),
+            Val::Int(i) => ValRef::Int(*i),
+            Val::Time(t) => ValRef::Time(*t),
+            Val::Json(j) => ValRef::Json(j),
+        }
+    }
     fn as_int(&self) -> Option<i64> {
         match self {
             Val::Int(i) => Some(*i),

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::call::Call;
 use super::compact::{self, Encode, compact_answer};
 use super::memory::BridgeMemoryStore;
-use super::reference::{Progress, ReferenceStore};
+use super::reference::{EpochColumn, Progress, ReferenceStore};
 use crate::driver::Recorder;
 use crate::machine::{Answer, Event, Machine, Need, ProbeVerdict, Step, keep_store_failure_code};
 use crate::metrics::HeartMetrics;
@@ -395,6 +395,8 @@ pub enum Begun {
 pub struct BridgeFleet {
     pub(super) shared: Arc<Mutex<Shared>>,
     pub(super) memory: Option<BridgeMemoryStore>,
+    /// Over a store with the `LeaseStore` methods: whether its rows have `fencing_epoch`.
+    epoch_column: EpochColumn,
 }
 
 impl BridgeFleet {
@@ -402,7 +404,7 @@ impl BridgeFleet {
     /// receipts are handed to the host with each step instead of being kept.
     pub fn new(max_retries: Option<u32>, sink: bool) -> BridgeFleet {
         let shared = Shared { config: FleetConfig { max_retries }, sink, ..Shared::default() };
-        BridgeFleet { shared: Arc::new(Mutex::new(shared)), memory: None }
+        BridgeFleet { shared: Arc::new(Mutex::new(shared)), memory: None, epoch_column: EpochColumn::default() }
     }
 
     /// Answers store requests of this fleet's operations from `store`, in place.
@@ -431,7 +433,8 @@ impl BridgeFleet {
     /// (the `reference` module docs; a write decided at most `cas_retries` times, taken within
     /// `1..=MAX_CAS_RETRIES`).
     pub fn begin_on_reference(&self, kind: &str, args: &str, cas_retries: u32) -> Begun {
-        self.begin_with(kind, args, None, Some(Box::new(ReferenceStore::new(cas_retries))))
+        let store = ReferenceStore::sharing(cas_retries, self.epoch_column.clone());
+        self.begin_with(kind, args, None, Some(Box::new(store)))
     }
 
     fn begin_with(

@@ -20,6 +20,13 @@
 //!   with the values as read (a compare-and-set). When the row changed in between, the write
 //!   misses and the request is decided again on a fresh read, at most `cas_retries` times;
 //!   then the request fails (`store-unavailable`, "kept changing"), never a silent miss;
+//! * a conditional write the contract can state whole (renew, verify, a release to a final
+//!   status: equalities and memberships against known values, the expiry's liveness decided
+//!   on the token's own expiry, assignments of values and the clock): `now()`, then one
+//!   `conditionalUpdate(id, patch, {eq, in})` with no read before it, as the TypeScript
+//!   package itself writes them ([`DirectWrite`]). A hit is the answer; a miss is decided
+//!   again on a read (then as above), so a row the store holds in another form (a timestamp's
+//!   other text, no `fencing_epoch`) is still decided by the core;
 //! * the sweep's scan of expired leases: `now()`, then `findExpiredLeases(nowIso, limit)`;
 //! * a row the operation already read (a scanned row, the row of a missed write) answers the
 //!   operation's next request on that run, once, at the clock it was read at: one read per
@@ -36,13 +43,15 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::BridgeResult;
 use super::compact::COMPACT_SEPARATOR;
-use crate::request::{Cond, Record, RunCol, StoreReply, StoreRequest};
+use crate::request::{Cond, Expr, Record, RunCol, StoreReply, StoreRequest, Val};
 use crate::{ErrorCode, HeartError, LeaseStore, MemoryStore, RunRow, StoreAnswer, Timestamp};
 
 /// The four methods of the contract, in the order the TypeScript package lists them.
@@ -81,6 +90,16 @@ pub enum LeaseStoreCall {
         /// The columns the write is conditioned on.
         expect: Vec<&'static str>,
     },
+    /// `conditionalUpdate(runId, patch, conditions)` with its conditions given whole
+    /// (`{eq, in}`), no read before it: answer with the row it returned (JSON) or `null`.
+    WriteDirect {
+        /// The run.
+        run_id: String,
+        /// The columns to write and their values.
+        patch: Map<String, Value>,
+        /// `{"eq": {column: value}, "in": {column: [values]}}`.
+        conditions: Map<String, Value>,
+    },
     /// `findExpiredLeases(nowIso, limit)`: answer with the rows (a JSON array).
     FindExpiredLeases {
         /// The store's clock, ISO text.
@@ -94,10 +113,12 @@ impl LeaseStoreCall {
     /// The call as compact text: a tag, then its values separated by
     /// [`COMPACT_SEPARATOR`](super::COMPACT_SEPARATOR). The tag is `T` for `now()`, `G` for
     /// `now()` then `getRun` (then the run id), `U` for `conditionalUpdate` (then the run id,
-    /// the patch as JSON and the `eq` columns joined by commas) and `F` for
-    /// `findExpiredLeases` (then the clock's ISO text and the limit); upper case when the call
-    /// is the first of a store request (a host bounds each request's calls together), lower
-    /// case otherwise. No tag is `{` or one of the compact answers' (`A`, `N`, `R`, `V`).
+    /// the patch as JSON and the `eq` columns joined by commas), `W` for `conditionalUpdate`
+    /// with its conditions given (then the run id, the patch and the conditions as JSON) and
+    /// `F` for `findExpiredLeases` (then the clock's ISO text and the limit); upper case when
+    /// the call is the first of a store request (a host bounds each request's calls
+    /// together), lower case otherwise. No tag is `{` or one of the compact answers' (`A`,
+    /// `N`, `R`, `V`).
     pub fn text(&self, first: bool) -> String {
         let sep = COMPACT_SEPARATOR;
         let mut out = String::new();
@@ -105,6 +126,7 @@ impl LeaseStoreCall {
             LeaseStoreCall::Now => 'T',
             LeaseStoreCall::GetRun { .. } => 'G',
             LeaseStoreCall::ConditionalUpdate { .. } => 'U',
+            LeaseStoreCall::WriteDirect { .. } => 'W',
             LeaseStoreCall::FindExpiredLeases { .. } => 'F',
         };
         out.push(if first { tag } else { tag.to_ascii_lowercase() });
@@ -115,6 +137,9 @@ impl LeaseStoreCall {
             }
             LeaseStoreCall::ConditionalUpdate { run_id, patch, expect } => {
                 let _ = write!(out, "{sep}{run_id}{sep}{}{sep}{}", super::to_text(patch), expect.join(","));
+            }
+            LeaseStoreCall::WriteDirect { run_id, patch, conditions } => {
+                let _ = write!(out, "{sep}{run_id}{sep}{}{sep}{}", super::to_text(patch), super::to_text(conditions));
             }
             LeaseStoreCall::FindExpiredLeases { now_iso, limit } => {
                 let _ = write!(out, "{sep}{now_iso}{sep}{limit}");
@@ -144,10 +169,14 @@ struct Known {
 enum Wait {
     /// `now()` (a `now` request, a scan).
     Clock,
+    /// `now()`, before a write stated whole.
+    DirectClock(DirectWrite),
     /// `now()` and `getRun`.
     Read,
     /// `conditionalUpdate`, with the row before the write when the request wants it.
     Written(Option<Box<RunRow>>),
+    /// `conditionalUpdate` of a write stated whole.
+    WrittenDirect,
     /// `findExpiredLeases`.
     Expired,
 }
@@ -178,6 +207,106 @@ pub(super) struct ReferenceStore {
     cas_retries: u32,
     known: HashMap<String, Known>,
     pending: Option<Pending>,
+    epoch_column: EpochColumn,
+}
+
+/// Whether a store's rows have `fencing_epoch`, as its last row showed: learned from the rows
+/// taken, shared by the operations of one fleet. A write stated whole compares the epoch only
+/// when the rows have it (a token of epoch 0 comes from a store without it; until a row has
+/// shown which, such a write is decided on a read).
+#[derive(Debug, Clone, Default)]
+pub(super) struct EpochColumn(Arc<AtomicU8>);
+
+impl EpochColumn {
+    const UNKNOWN: u8 = 0;
+    const PRESENT: u8 = 1;
+    const ABSENT: u8 = 2;
+
+    fn learn(&self, taken: &Taken) {
+        let seen = if taken.present.contains(&RunCol::FencingEpoch.name()) { Self::PRESENT } else { Self::ABSENT };
+        self.0.store(seen, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> u8 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A conditional write the contract can state whole, before the clock is known: its `eq` and
+/// `in` conditions, the expiries that must still be live at the clock, and the assignments.
+struct DirectWrite {
+    conditions: Map<String, Value>,
+    live: Vec<Timestamp>,
+}
+
+impl DirectWrite {
+    /// `when` of an `update_run` as `{eq, in}` conditions on values the request names, or
+    /// `None` when a condition needs the row (a takeover, a dead owner, a prefix, an
+    /// arithmetic assignment, a column of ours the store may lack): then it is decided on a
+    /// read.
+    fn of(request: &StoreRequest, epoch_column: u8) -> Option<DirectWrite> {
+        let StoreRequest::UpdateRun { when, set, want_before: false, .. } = request else { return None };
+        let direct_set = set
+            .iter()
+            .all(|(c, e)| !OUR_RUN_COLUMNS.contains(c) && matches!(e, Expr::Val(_) | Expr::Now | Expr::NowPlus(_)));
+        if !direct_set {
+            return None;
+        }
+        let all = match when {
+            Cond::And(all) => all.as_slice(),
+            one => std::slice::from_ref(one),
+        };
+        let (mut eq, mut within, mut live) = (Map::new(), Map::new(), Vec::new());
+        for cond in all {
+            match cond {
+                Cond::Eq(RunCol::FencingEpoch, Val::Int(0)) if epoch_column == EpochColumn::ABSENT => {}
+                Cond::Eq(RunCol::FencingEpoch, Val::Int(0)) if epoch_column == EpochColumn::UNKNOWN => return None,
+                Cond::Eq(c, v) => {
+                    eq.insert(c.name().to_owned(), plain(v.as_ref()));
+                }
+                Cond::In(c, vs) => {
+                    within.insert(c.name().to_owned(), vs.iter().map(|v| plain(v.as_ref())).collect());
+                }
+                // Live on the expiry the request names (an equality of the same conjunction).
+                Cond::LiveAt(c) => match all.iter().find_map(|x| match x {
+                    Cond::Eq(e, Val::Time(t)) if e == c => Some(*t),
+                    _ => None,
+                }) {
+                    Some(t) => live.push(t),
+                    None => return None,
+                },
+                _ => return None,
+            }
+        }
+        let mut conditions = Map::new();
+        conditions.insert("eq".into(), Value::Object(eq));
+        if !within.is_empty() {
+            conditions.insert("in".into(), Value::Object(within));
+        }
+        Some(DirectWrite { conditions, live })
+    }
+
+    /// The call at the store's clock `ms`: `None` when a named expiry is no longer live (the
+    /// write would miss: decided on a read, which explains it) or an assignment is out of range.
+    fn call(self, request: &StoreRequest, ms: i64) -> Option<LeaseStoreCall> {
+        let StoreRequest::UpdateRun { run_id, set, .. } = request else { return None };
+        let now = Timestamp(ms);
+        if self.live.iter().any(|t| *t <= now) {
+            return None;
+        }
+        let mut patch = Map::new();
+        for c in RunCol::ALL {
+            let Some((_, expr)) = set.iter().find(|(col, _)| *col == c) else { continue };
+            let value = match expr {
+                Expr::Val(v) => plain(v.as_ref()),
+                Expr::Now => Value::String(now.to_iso()),
+                Expr::NowPlus(d) => Value::String(now.plus_millis(*d)?.to_iso()),
+                _ => return None,
+            };
+            patch.insert(c.name().to_owned(), value);
+        }
+        Some(LeaseStoreCall::WriteDirect { run_id: run_id.clone(), patch, conditions: self.conditions })
+    }
 }
 
 fn protocol(message: String) -> HeartError {
@@ -553,7 +682,22 @@ impl ReferenceStore {
     /// The requests of one operation; a write is decided at most `cas_retries` times, taken
     /// within `1..=MAX_CAS_RETRIES` (the packages refuse anything else before it gets here).
     pub(super) fn new(cas_retries: u32) -> ReferenceStore {
-        ReferenceStore { cas_retries: cas_retries.clamp(1, MAX_CAS_RETRIES), known: HashMap::new(), pending: None }
+        ReferenceStore::sharing(cas_retries, EpochColumn::default())
+    }
+
+    /// [`ReferenceStore::new`], learning the store's rows' shape with the other operations
+    /// that share `epoch_column` (one fleet's).
+    pub(super) fn sharing(cas_retries: u32, epoch_column: EpochColumn) -> ReferenceStore {
+        let cas_retries = cas_retries.clamp(1, MAX_CAS_RETRIES);
+        ReferenceStore { cas_retries, known: HashMap::new(), pending: None, epoch_column }
+    }
+
+    /// A row the store returned: it shows whether the store's rows have our column.
+    fn taken(&self, row: Option<Taken>) -> Option<Taken> {
+        if let Some(t) = &row {
+            self.epoch_column.learn(t);
+        }
+        row
     }
 
     fn call(&mut self, pending: Pending, call: LeaseStoreCall, first: bool) -> Progress {
@@ -579,18 +723,45 @@ impl ReferenceStore {
         match run_id {
             Some(id) => match self.known.remove(&id) {
                 Some(known) => self.on_row(Pending { ms: known.ms, given: true, ..pending }, known.row),
-                None => self.call(Pending { wait: Wait::Read, ..pending }, LeaseStoreCall::GetRun { run_id: id }, true),
+                None => match DirectWrite::of(&pending.request, self.epoch_column.get()) {
+                    Some(direct) => {
+                        self.call(Pending { wait: Wait::DirectClock(direct), ..pending }, LeaseStoreCall::Now, true)
+                    }
+                    None => {
+                        self.call(Pending { wait: Wait::Read, ..pending }, LeaseStoreCall::GetRun { run_id: id }, true)
+                    }
+                },
             },
             None => self.call(pending, LeaseStoreCall::Now, true),
         }
     }
 
+    /// The clock of a write stated whole came back: the write, or a read when the write
+    /// would miss.
+    fn on_direct_clock(&mut self, pending: Pending, direct: DirectWrite) -> Progress {
+        match direct.call(&pending.request, pending.ms) {
+            Some(call) => self.call(Pending { wait: Wait::WrittenDirect, ..pending }, call, false),
+            None => self.read_again(pending),
+        }
+    }
+
+    /// The request decided on a fresh clock and read.
+    fn read_again(&mut self, pending: Pending) -> Progress {
+        let call = LeaseStoreCall::GetRun { run_id: run_of(&pending.request).to_owned() };
+        self.call(Pending { given: false, wait: Wait::Read, ..pending }, call, false)
+    }
+
     /// The host's `now()` answered, in milliseconds.
     pub(super) fn clock(&mut self, ms: i64) -> Progress {
-        let Some(pending) = self.pending.take().filter(|p| matches!(p.wait, Wait::Clock)) else {
+        let Some(pending) = self.pending.take().filter(|p| matches!(p.wait, Wait::Clock | Wait::DirectClock(_))) else {
             return self.answer(Err(out_of_turn("now()")));
         };
-        let pending = Pending { ms, ..pending };
+        let pending = match pending.wait {
+            Wait::DirectClock(direct) => {
+                return self.on_direct_clock(Pending { ms, wait: Wait::Clock, ..pending }, direct);
+            }
+            _ => Pending { ms, ..pending },
+        };
         match &pending.request {
             StoreRequest::Now => self.answer(Ok(StoreAnswer { now: Timestamp(ms), reply: StoreReply::Now })),
             StoreRequest::ScanRuns { limit, .. } => {
@@ -607,7 +778,7 @@ impl ReferenceStore {
             return self.answer(Err(out_of_turn("a read")));
         };
         let row = match take_row("getRun", text, run_of(&pending.request), Timestamp(ms)) {
-            Ok(row) => row,
+            Ok(row) => self.taken(row),
             Err(e) => return self.answer(Err(e)),
         };
         self.on_row(Pending { ms, ..pending }, row)
@@ -615,12 +786,23 @@ impl ReferenceStore {
 
     /// The host's `conditionalUpdate` answered: the row's JSON text or `null`.
     pub(super) fn written(&mut self, text: &str) -> Progress {
-        let Some(pending) = self.pending.take().filter(|p| matches!(p.wait, Wait::Written(_))) else {
+        let Some(pending) = self.pending.take().filter(|p| matches!(p.wait, Wait::Written(_) | Wait::WrittenDirect))
+        else {
             return self.answer(Err(out_of_turn("a written row")));
         };
-        match take_row("conditionalUpdate", text, run_of(&pending.request), Timestamp(pending.ms)) {
-            Ok(row) => self.on_written(pending, row),
-            Err(e) => self.answer(Err(e)),
+        let row = match take_row("conditionalUpdate", text, run_of(&pending.request), Timestamp(pending.ms)) {
+            Ok(row) => self.taken(row),
+            Err(e) => return self.answer(Err(e)),
+        };
+        match (&pending.wait, row) {
+            (Wait::WrittenDirect, Some(after)) => {
+                let reply = StoreReply::RunWrite { before: None, after: Some(after.run) };
+                self.answer(Ok(StoreAnswer { now: Timestamp(pending.ms), reply }))
+            }
+            // Not written: decided on a read, which also tells a changed row from one the
+            // store holds in another form.
+            (Wait::WrittenDirect, None) => self.read_again(pending),
+            (_, row) => self.on_written(pending, row),
         }
     }
 
@@ -642,7 +824,10 @@ impl ReferenceStore {
             };
             let id = id.clone();
             let taken = match row.take(&id, at) {
-                Ok(taken) => taken,
+                Ok(taken) => {
+                    self.epoch_column.learn(&taken);
+                    taken
+                }
                 Err(other) => return self.answer(Err(protocol(format!("findExpiredLeases returned run {other}")))),
             };
             runs.push(taken.run.clone());
@@ -937,6 +1122,108 @@ mod tests {
         let a = answer(s.written(&written.to_string())).unwrap();
         let StoreReply::RunWrite { before: None, after: Some(after) } = a.reply else { panic!("{a:?}") };
         assert_eq!(after.status, crate::RunStatus::Leased);
+    }
+
+    fn token(epoch: Option<i64>) -> crate::FencingToken {
+        crate::FencingToken { run_id: "r".into(), owner: "w".into(), lease_expires_at: Timestamp(T0 + 60_000), epoch }
+    }
+
+    /// The run `token` holds, as a store with `fencing_epoch` returns it.
+    fn held_by(token: &crate::FencingToken) -> Value {
+        let mut held = row();
+        held["status"] = json!("leased");
+        held["lease_owner"] = json!(token.owner);
+        held["lease_expires_at"] = json!(token.lease_expires_at.to_iso());
+        held["fencing_epoch"] = json!(token.epoch.unwrap_or(0));
+        held
+    }
+
+    #[test]
+    fn a_write_the_contract_can_state_is_one_conditional_update_after_the_clock_as_the_reference_writes_it() {
+        let t = token(Some(3));
+        let conditions = r#"{"eq":{"fencing_epoch":3,"lease_expires_at":"2026-07-30T00:01:00.000Z","lease_owner":"w"},"in":{"status":["leased","running"]}}"#;
+        // verifyFence: updated_at only.
+        let mut s = ReferenceStore::new(3);
+        assert_eq!(call(s.start(crate::ops::lease::verify_request(&t))), "T");
+        let write = call(s.clock(T0 + 5));
+        assert_eq!(write, format!("w\u{1f}r\u{1f}{{\"updated_at\":\"2026-07-30T00:00:00.005Z\"}}\u{1f}{conditions}"));
+        let mut after = held_by(&t);
+        after["updated_at"] = json!("2026-07-30T00:00:00.005Z");
+        let a = answer(s.written(&after.to_string())).unwrap();
+        assert_eq!(a.now, Timestamp(T0 + 5));
+        let StoreReply::RunWrite { before: None, after: Some(run) } = a.reply else { panic!("{a:?}") };
+        assert_eq!(run.updated_at, Timestamp(T0 + 5));
+        // renew: the new expiry from the store's clock.
+        let mut s = ReferenceStore::new(3);
+        assert_eq!(call(s.start(crate::ops::lease::renew_request(&t, 90_000))), "T");
+        let write = call(s.clock(T0 + 5));
+        let patch = r#"{"lease_expires_at":"2026-07-30T00:01:30.005Z","updated_at":"2026-07-30T00:00:00.005Z"}"#;
+        assert_eq!(write, format!("w\u{1f}r\u{1f}{patch}\u{1f}{conditions}"));
+        // release to a final status; to ready it names the run's key, which needs the row.
+        let mut s = ReferenceStore::new(3);
+        call(s.start(crate::ops::lease::release_request(&t, crate::ops::ReleaseTo::Completed)));
+        let patch = r#"{"lease_expires_at":null,"lease_owner":null,"status":"completed","updated_at":"2026-07-30T00:00:00.005Z"}"#;
+        assert_eq!(call(s.clock(T0 + 5)), format!("w\u{1f}r\u{1f}{patch}\u{1f}{conditions}"));
+        let mut s = ReferenceStore::new(3);
+        assert_eq!(call(s.start(crate::ops::lease::release_request(&t, crate::ops::ReleaseTo::Ready))), "G\u{1f}r");
+        // acquire reads first, as the reference does.
+        assert_eq!(call(ReferenceStore::new(3).start(take())), "G\u{1f}r");
+    }
+
+    #[test]
+    fn a_write_stated_whole_that_misses_is_decided_on_a_read_and_an_expired_token_is_read_at_once() {
+        let t = token(Some(3));
+        // A miss: the clock and the row again, then the core's decision on it.
+        let mut s = ReferenceStore::new(3);
+        call(s.start(crate::ops::lease::verify_request(&t)));
+        call(s.clock(T0 + 5));
+        assert_eq!(call(s.written("null")), "g\u{1f}r");
+        // The store holds the expiry in another text form: the decision on the row is a hit,
+        // written as a compare-and-set on the values as read.
+        let mut other_form = held_by(&t);
+        other_form["lease_expires_at"] = json!("2026-07-30T00:01:00+00:00");
+        let cas = call(s.read(T0 + 6, &other_form.to_string()));
+        assert!(cas.starts_with("u\u{1f}r\u{1f}{\"updated_at\":\"2026-07-30T00:00:00.006Z\"}\u{1f}"), "{cas}");
+        assert!(answer(s.written(&other_form.to_string())).is_ok());
+        // A changed row: the read's decision is the miss, and a CAS loss is not counted for it.
+        let mut s = ReferenceStore::new(1);
+        call(s.start(crate::ops::lease::verify_request(&t)));
+        call(s.clock(T0 + 5));
+        call(s.written("null"));
+        let mut taken_over = held_by(&t);
+        taken_over["lease_owner"] = json!("other");
+        let a = answer(s.read(T0 + 6, &taken_over.to_string())).unwrap();
+        assert!(matches!(a.reply, StoreReply::RunWrite { after: None, .. }), "{a:?}");
+        // The token's own expiry has passed at the clock: no write, the row read instead.
+        let mut s = ReferenceStore::new(3);
+        call(s.start(crate::ops::lease::verify_request(&t)));
+        assert_eq!(call(s.clock(T0 + 60_000)), "g\u{1f}r");
+    }
+
+    #[test]
+    fn a_token_of_epoch_zero_is_written_whole_once_a_row_showed_the_store_has_no_fencing_epoch() {
+        let t = token(Some(0));
+        let shared = EpochColumn::default();
+        let mut s = ReferenceStore::sharing(3, shared.clone());
+        assert_eq!(call(s.start(crate::ops::lease::verify_request(&t))), "G\u{1f}r", "unknown: decided on a read");
+        let mut without = held_by(&t);
+        without.as_object_mut().unwrap().remove("fencing_epoch");
+        call(s.read(T0, &without.to_string()));
+        // The next operation of the same fleet writes at once, with no epoch compared.
+        let mut s = ReferenceStore::sharing(3, shared.clone());
+        assert_eq!(call(s.start(crate::ops::lease::verify_request(&t))), "T");
+        let write = call(s.clock(T0));
+        assert!(write.ends_with(r#"{"eq":{"lease_expires_at":"2026-07-30T00:01:00.000Z","lease_owner":"w"},"in":{"status":["leased","running"]}}"#), "{write}");
+        // A store whose rows have it compares it, zero included.
+        let mut s = ReferenceStore::sharing(3, shared.clone());
+        call(s.start(StoreRequest::ReadRun { run_id: "r".into() }));
+        answer(s.read(T0, &held_by(&t).to_string())).unwrap();
+        let mut s = ReferenceStore::sharing(3, shared);
+        call(s.start(crate::ops::lease::verify_request(&t)));
+        assert!(call(s.clock(T0)).contains(r#""fencing_epoch":0"#));
+        // A token without an epoch compares none, whatever the store.
+        let mut s = ReferenceStore::new(3);
+        assert_eq!(call(s.start(crate::ops::lease::verify_request(&token(None)))), "T");
     }
 
     #[test]

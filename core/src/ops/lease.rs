@@ -467,7 +467,7 @@ pub(crate) struct Renew {
     refused: bool,
 }
 
-fn renew_request(token: &FencingToken, ttl_ms: i64) -> StoreRequest {
+pub(crate) fn renew_request(token: &FencingToken, ttl_ms: i64) -> StoreRequest {
     StoreRequest::UpdateRun {
         run_id: token.run_id.clone(),
         when: holds_token(token),
@@ -574,7 +574,7 @@ pub(crate) struct Release<'t> {
     refused_at: Option<Timestamp>,
 }
 
-fn release_request(token: &FencingToken, to: ReleaseTo) -> StoreRequest {
+pub(crate) fn release_request(token: &FencingToken, to: ReleaseTo) -> StoreRequest {
     let mut when = holds_token(token);
     let mut set = vec![
         (RunCol::LeaseOwner, Expr::Val(Val::Null)),
