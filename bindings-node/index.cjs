@@ -28,9 +28,9 @@ function heartbeatIntervalMs(ttlSeconds, renewEveryMs) {
       e.code = 'invalid-input';
       throw e;
     }
-    return renewEveryMs;
   }
-  return native.heartbeatInterval(ttlSeconds, null);
+  // The cadence is the core's (a given renewEveryMs included); only the types are checked here.
+  return native.heartbeatInterval(ttlSeconds, renewEveryMs ?? null);
 }
 
 module.exports = {

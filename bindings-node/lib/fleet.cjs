@@ -511,17 +511,15 @@ class HeartFleet {
    * A store failure throws (`store-unavailable`).
    */
   async acquire(runId, owner, ttlSeconds) {
+    // What JavaScript alone can see: the types, and a lone surrogate (the native module's
+    // strings are UTF-8). The values (empty ids, the ttl's bounds) are the core's to judge.
     if (
       typeof runId !== 'string' ||
-      runId === '' ||
       !wellFormed(runId) ||
       typeof owner !== 'string' ||
-      owner === '' ||
       !wellFormed(owner) ||
       typeof ttlSeconds !== 'number' ||
-      !Number.isInteger(ttlSeconds) ||
-      ttlSeconds < 1 ||
-      ttlSeconds > MAX_TTL_SECONDS
+      !Number.isSafeInteger(ttlSeconds)
     ) {
       return INVALID_ACQUIRE();
     }

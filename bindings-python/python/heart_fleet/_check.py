@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, NoReturn, TypeVar
 
 from . import _native
+from ._contract import CONTRACT as CONTRACT
 from .errors import HeartFleetError, InvalidInputError, InvalidTypeError
 from .types import FencingToken
 
@@ -17,8 +18,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 U32 = 2**32 - 1
 I53 = 2**53 - 1
-#: The contract's constants, from the core (``bridge::contract_json``): the package keeps no copy.
-CONTRACT: dict[str, Any] = json.loads(_native.contract())
 MAX_TTL_SECONDS: int = CONTRACT["maxTtlSeconds"]
 #: What an option left out becomes (the core's ``ops::DEFAULT_*``).
 DEFAULT_MAX_RETRIES: int = CONTRACT["defaults"]["maxRetries"]

@@ -8,10 +8,10 @@ also a :class:`ValueError` (:class:`InvalidInputError`) or, for a value of the w
 
 from __future__ import annotations
 
-import json
 from typing import Final
 
 from . import _native
+from ._contract import CONTRACT
 
 __all__ = [
     "ERROR_CODES",
@@ -126,10 +126,6 @@ class InvalidStateError(HeartFleetError):
     code = "invalid-state"
 
 
-#: The error code of each cause a lease is lost for (the contract's ``lostCodes``, from the core).
-_LOST_CODES: Final[dict[str, str]] = json.loads(_native.contract())["lostCodes"]
-
-
 class LeaseLostError(HeartFleetError):
     """The lease-lost signal of ``execute_with_lease``: why the lease was lost.
 
@@ -139,7 +135,7 @@ class LeaseLostError(HeartFleetError):
     """
 
     def __init__(self, cause: str, run_id: str) -> None:
-        super().__init__(f"lease on run {run_id} lost: {cause}", _LOST_CODES[cause])
+        super().__init__(f"lease on run {run_id} lost: {cause}", CONTRACT["lostCodes"][cause])
         self.cause = cause
         self.run_id = run_id
 

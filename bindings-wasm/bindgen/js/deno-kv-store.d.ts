@@ -30,7 +30,7 @@ export declare class DenoKvLeaseStore implements LeaseStore {
     prefix?: (string | number)[];
     /** The worker's clock (default `Date.now`). */
     now?: () => Date | number;
-    /** Re-decisions after a lost atomic check (default 10). */
+    /** Re-decisions after a lost atomic check (default 5, at most 100, as every store's `casRetries`). */
     casRetries?: number;
   });
   /** `Deno.openKv(path)` and a store over it; `close()` closes the database. */

@@ -39,7 +39,8 @@
 
 import native from './native-slot.cjs';
 // The Node package's coded errors and argument descriptions, bundled with its driver.
-import { codedError, typeError, describe } from '../../../bindings-node/lib/util.cjs';
+import { codedError, typeError, describe, int } from '../../../bindings-node/lib/util.cjs';
+import contract from '../../../bindings-node/lib/contract.cjs';
 // Rows with the core's defaults (RunRow::seeded, InstanceRow::registered, through the wasm module), bundled with the driver.
 import { runRow, instanceDefaults } from '../../../bindings-node/lib/rows.cjs';
 // The request dispatch it shares with SupabaseLeaseStore.
@@ -87,7 +88,7 @@ export class DenoKvLeaseStore {
     if (options === null || typeof options !== 'object' || Array.isArray(options)) {
       throw typeError(`DenoKvLeaseStore: options {kv} required, got ${describe(options)}`);
     }
-    const { kv, prefix = ['heart-fleet'], now, casRetries = 10 } = options;
+    const { kv, prefix = ['heart-fleet'], now, casRetries = contract.defaults.casRetries } = options;
     if (kv === null || typeof kv !== 'object' || typeof kv.atomic !== 'function' || typeof kv.get !== 'function') {
       throw typeError(`DenoKvLeaseStore: kv must be a Deno.Kv (await Deno.openKv()), got ${describe(kv)}`);
     }
@@ -97,9 +98,8 @@ export class DenoKvLeaseStore {
     if (now !== undefined && typeof now !== 'function') {
       throw typeError('DenoKvLeaseStore: now must be a function returning a Date or milliseconds');
     }
-    if (!Number.isInteger(casRetries) || casRetries < 1 || casRetries > 1000) {
-      throw typeError('DenoKvLeaseStore: casRetries must be an integer in 1..=1000');
-    }
+    // The core's bound and default, as for every store that re-decides a lost write.
+    int('DenoKvLeaseStore: casRetries', casRetries, 1, contract.maxCasRetries);
     this.kv = kv;
     this.prefix = Object.freeze([...prefix]);
     this._now = now ?? (() => Date.now());

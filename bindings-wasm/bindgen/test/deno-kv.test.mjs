@@ -181,10 +181,13 @@ test('bad options and bad requests are coded errors', async () => {
   }
   const kv = await Deno.openKv(':memory:');
   try {
-    for (const opts of [{ prefix: 'x' }, { prefix: [{}] }, { now: 5 }, { casRetries: 0 }, { casRetries: 1.5 }]) {
+    for (const opts of [{ prefix: 'x' }, { prefix: [{}] }, { now: 5 }, { casRetries: 0 }, { casRetries: 1.5 }, { casRetries: 101 }]) {
       assert.throws(() => new DenoKvLeaseStore({ kv, ...opts }), (e) => e.code === 'invalid-input', JSON.stringify(opts));
     }
     const store = new DenoKvLeaseStore({ kv });
+    // The core's default and bound, as every store that re-decides a lost write.
+    assert.equal(store.casRetries, 5);
+    assert.equal(new DenoKvLeaseStore({ kv, casRetries: 100 }).casRetries, 100);
     for (const bad of [null, 1, {}, { op: 5 }]) await assert.rejects(store.execute(bad), (e) => e.code === 'invalid-input');
     await assert.rejects(store.execute('{'), (e) => e.code === 'store-protocol');
     await assert.rejects(store.execute({ op: 'drop_tables' }), (e) => e.code === 'store-protocol');
