@@ -14,7 +14,8 @@
 //!   store object, without JavaScript).
 //! * `lease_cycle/bridge_reference_store`: the JSON bridge over a store with the TypeScript
 //!   package's `LeaseStore` methods (`BridgeFleet::begin_on_reference`): every request
-//!   becomes the calls `now`, `getRun`, `conditionalUpdate`, answered by a map of JSON rows
+//!   becomes the calls `now`, `getRun`, `conditionalUpdate` (verify: `now`, then
+//!   `conditionalUpdate` with its conditions given), answered by a map of JSON rows
 //!   as a JS store would answer them (the row as JSON text, a shallow merge on a write), the
 //!   path of a user's four-method store without JavaScript; the lease cycle's results come
 //!   back in the compact form.
@@ -164,7 +165,10 @@ fn bench_cycle(c: &mut Criterion) {
                     let text = rows.borrow().get(id).map_or_else(|| "null".to_owned(), Value::to_string);
                     op.resume_read(T0.0, &text)
                 }
-                Some("u") => {
+                Some("t") => op.resume_clock(T0.0),
+                // A write with its conditions given (`w`) or conditioned on the row as read
+                // (`u`): the conditions hold in this single-writer bench, the patch merges.
+                Some("u" | "w") => {
                     let id = parts.next().expect("a run id");
                     let patch: serde_json::Map<String, Value> =
                         serde_json::from_str(parts.next().expect("a patch")).expect("patch JSON");

@@ -217,12 +217,18 @@ impl Clone for RunRow {
     }
 }
 
+/// What a run's NOT NULL text columns hold when a row leaves them out (the schema's defaults).
+pub(crate) const DEFAULT_OBJECTIVE: &str = "run";
+pub(crate) const DEFAULT_APPROVAL: &str = "auto";
+pub(crate) const DEFAULT_VISIBILITY: &str = "team";
+pub(crate) const DEFAULT_CREATED_BY: &str = "heart-fleet";
+
 fn default_approval() -> String {
-    "auto".to_owned()
+    DEFAULT_APPROVAL.to_owned()
 }
 
 fn default_visibility() -> String {
-    "team".to_owned()
+    DEFAULT_VISIBILITY.to_owned()
 }
 
 impl RunRow {
@@ -234,7 +240,7 @@ impl RunRow {
             assignment_id: id.clone(),
             id,
             task_id: None,
-            objective: "run".to_owned(),
+            objective: DEFAULT_OBJECTIVE.to_owned(),
             required_capabilities: Vec::new(),
             status: RunStatus::Ready,
             assigned_agent: None,
@@ -245,7 +251,7 @@ impl RunRow {
             approval_state: default_approval(),
             visibility: default_visibility(),
             idempotency_key: idempotency_key.into(),
-            created_by: "heart-fleet".to_owned(),
+            created_by: DEFAULT_CREATED_BY.to_owned(),
             created_at: at,
             updated_at: at,
             fencing_epoch: 0,
@@ -257,7 +263,12 @@ impl RunRow {
     /// row with the TypeScript package's methods, a memory store's `insert`, and the
     /// hosts' seeding helpers ([`crate::bridge::seeded_row_json`]) start from it.
     pub fn seeded(id: &str, at: Timestamp) -> RunRow {
-        RunRow::ready(id, format!("key:{id}"), at)
+        RunRow::ready(id, RunRow::seeded_key(id), at)
+    }
+
+    /// The idempotency key of a run seeded without one.
+    pub(crate) fn seeded_key(id: &str) -> String {
+        format!("key:{id}")
     }
 
     /// The one expiry rule (deliberate fix 1): a held lease is expired iff its expiry is

@@ -401,17 +401,19 @@ impl<T> Given<T> {
         !matches!(self, Given::Absent)
     }
 
-    /// A NOT NULL column: a given value, else the schema's default stays.
-    fn into(self, slot: &mut T) {
-        if let Given::Is(v) = self {
-            *slot = v;
+    /// A NOT NULL column: the given value, else the schema's default (made only then).
+    fn or(self, default: impl FnOnce() -> T) -> T {
+        match self {
+            Given::Is(v) => v,
+            Given::Absent | Given::Null => default(),
         }
     }
 
     /// A nullable column (its default is null).
-    fn into_opt(self, slot: &mut Option<T>) {
-        if let Given::Is(v) = self {
-            *slot = Some(v);
+    fn or_null(self) -> Option<T> {
+        match self {
+            Given::Is(v) => Some(v),
+            Given::Absent | Given::Null => None,
         }
     }
 }
@@ -576,24 +578,28 @@ impl AgentRunsRow {
         .filter(|(given, _)| *given)
         .map(|(_, col)| col.name())
         .collect();
-        let mut run = RunRow::seeded(run_id, at);
-        task_id.into_opt(&mut run.task_id);
-        assignment_id.into(&mut run.assignment_id);
-        objective.into(&mut run.objective);
-        required_capabilities.into(&mut run.required_capabilities);
-        status.into(&mut run.status);
-        assigned_agent.into_opt(&mut run.assigned_agent);
-        lease_owner.into_opt(&mut run.lease_owner);
-        lease_expires_at.into_opt(&mut run.lease_expires_at);
-        retries.into(&mut run.retries);
-        budget.into_opt(&mut run.budget);
-        approval_state.into(&mut run.approval_state);
-        visibility.into(&mut run.visibility);
-        idempotency_key.into(&mut run.idempotency_key);
-        created_by.into(&mut run.created_by);
-        created_at.into(&mut run.created_at);
-        updated_at.into(&mut run.updated_at);
-        fencing_epoch.into(&mut run.fencing_epoch);
+        // `RunRow::seeded`'s defaults, each made only for a column the row leaves out (a test
+        // checks a row of only its id against `seeded`).
+        let run = RunRow {
+            id: run_id.to_owned(),
+            task_id: task_id.or_null(),
+            assignment_id: assignment_id.or(|| run_id.to_owned()),
+            objective: objective.or(|| crate::model::DEFAULT_OBJECTIVE.to_owned()),
+            required_capabilities: required_capabilities.or(Vec::new),
+            status: status.or(|| crate::RunStatus::Ready),
+            assigned_agent: assigned_agent.or_null(),
+            lease_owner: lease_owner.or_null(),
+            lease_expires_at: lease_expires_at.or_null(),
+            retries: retries.or(|| 0),
+            budget: budget.or_null(),
+            approval_state: approval_state.or(|| crate::model::DEFAULT_APPROVAL.to_owned()),
+            visibility: visibility.or(|| crate::model::DEFAULT_VISIBILITY.to_owned()),
+            idempotency_key: idempotency_key.or(|| RunRow::seeded_key(run_id)),
+            created_by: created_by.or(|| crate::model::DEFAULT_CREATED_BY.to_owned()),
+            created_at: created_at.or(|| at),
+            updated_at: updated_at.or(|| at),
+            fencing_epoch: fencing_epoch.or(|| 0),
+        };
         Ok(Taken { run, present })
     }
 }
