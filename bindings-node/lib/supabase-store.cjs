@@ -3,7 +3,10 @@
 // an injected supabase-js client. It maps each store request onto the reference adapter's
 // query shapes (select('*').eq('id', …).maybeSingle(); update(…).eq(…).is(…).select('*')),
 // decides with the core's own evaluator (native.simulateRequest) on the rows it read, and
-// writes the result back with a compare-and-set on every column the decision read.
+// writes the result back with a compare-and-set on every column the decision read. A run
+// write is the core's own calls over the runs table, as for a user's LeaseStore
+// (reference-store.cjs): renew, verifyFence and a release to a final status are one update
+// with the conditions the core states, no read before it, as the reference adapter's.
 //
 // The effect_intents and outbox_dispatch_log requests use only the reference ledger's query
 // vocabulary (insert/update/select, eq/in/lt, limit, maybeSingle; an error 23505 is the
@@ -16,9 +19,9 @@
 //    skewed disagree about expiry: a worker running fast can take over a lease that is still
 //    live by its holder's clock. Keep clocks synchronized (NTP) and leases long relative to
 //    the skew.
-//  * A request is a read followed by a conditional write, not one statement: the write is
-//    refused when the row changed since the read (compare-and-set on the columns the
-//    decision read: status, owner, expiry, retries, epoch and updated_at for a run), and the
+//  * A request is a read followed by a conditional write (a run write the core can state
+//    whole: the update alone), not one statement: the write is refused when the row changed
+//    since the read (compare-and-set on the columns the decision read, as read), and the
 //    request is re-decided, at most `casRetries` times; then it fails with store-unavailable.
 //    Exclusion holds; progress under heavy contention may need retries.
 //  * Conditions across tables (an intent's run still held by a token, a run's owner being a
@@ -50,8 +53,11 @@ const { typeError, describe, knownKeys, int } = require('./util.cjs');
 const { defaults, maxCasRetries: MAX_CAS_RETRIES } = require('./contract.cjs');
 const { executeRequest, mentions, requestJson, simulate, decideRunWrite, runWritten } = require('./store-request.cjs');
 const { runRow } = require('./rows.cjs');
+const { referenceCalls, referenceRequest } = require('./reference-store.cjs');
 
-const RUN_CAS = ['status', 'lease_owner', 'lease_expires_at', 'retries', 'fencing_epoch', 'updated_at'];
+/** No deadline of its own: the fleet's storeTimeoutMs bounds the whole request. */
+const NO_DEADLINE = 2 ** 31 - 1;
+
 /** The options of `new SupabaseLeaseStore({...})` and the keys of its `tables` (others are invalid input). */
 const STORE_OPTIONS = ['client', 'now', 'tables', 'casRetries', 'pageSize'];
 const TABLES = ['runs', 'intents', 'log', 'instances'];
@@ -172,6 +178,12 @@ class SupabaseLeaseStore {
     };
     this.casRetries = casRetries;
     this.pageSize = pageSize;
+    // The runs table as the LeaseStore contract the core drives for run writes.
+    this._runMethods = {
+      getRun: (runId) => this._readRun(runId),
+      conditionalUpdate: (runId, patch, conditions) => this._writeRun(runId, patch, conditions),
+      now: () => this._clock(),
+    };
     this._runSource = runSource ?? (async (runId) => {
       const at = this._clock();
       return { run: await this._readRun(runId), now: at };
@@ -266,20 +278,48 @@ class SupabaseLeaseStore {
     return { now, reply: { kind: 'instances', instances: [row] } };
   }
 
+  /**
+   * A run write: the core's own calls over the runs table (reference-store.cjs), as for a
+   * user's LeaseStore. It decides the compare-and-set (the columns its decision read, as
+   * read) and writes renew, verifyFence and a release to a final status with one update and
+   * no read before it. A write conditioned on the owner's instance reads the instances too.
+   */
   async _updateRun(req) {
+    if (mentions(req.when, 'owner_instance_dead')) return this._updateRunOnInstances(req);
+    const calls = referenceCalls(this._runMethods, { casRetries: this.casRetries, timeoutMs: NO_DEADLINE });
+    return JSON.parse(await referenceRequest(calls, JSON.stringify(req)));
+  }
+
+  /** `conditionalUpdate` of the LeaseStore contract: the row written, or null on a miss. */
+  async _writeRun(runId, patch, conditions) {
+    let q = this.from('runs').update(patch).eq('id', runId);
+    for (const [col, v] of Object.entries(conditions.eq ?? {})) q = v === null ? q.is(col, null) : q.eq(col, v);
+    for (const [col, vs] of Object.entries(conditions.in ?? {})) q = q.in(col, vs);
+    try {
+      return await this._run(`update ${this.tables.runs}`, q.select('*').maybeSingle());
+    } catch (e) {
+      if (e.pgCode === '22P02') return null; // not a UUID: no such run (as in PostgreSQL)
+      throw e;
+    }
+  }
+
+  /** A run write conditioned on its owner's instance: decided on both tables' rows. */
+  async _updateRunOnInstances(req) {
+    const reads = [...columnsRead(req.set, columnsRead(req.when))];
     for (let attempt = 0; attempt < this.casRetries; attempt += 1) {
       const now = this._clock();
       const raw = await this._readRun(req.run_id);
       if (!raw) return runWritten(req, new Date(now).toISOString(), null, null);
-      const instances = mentions(req.when, 'owner_instance_dead') ? await this._all('instances') : [];
-      const sim = decideRunWrite(this, req, { runs: [raw], instances }, now);
+      const sim = decideRunWrite(this, req, { runs: [raw], instances: await this._all('instances') }, now);
       const { before, after } = sim.reply;
       if (!after) return runWritten(req, sim.now, null, null);
-      const patch = diff(before, after, RUN_CAS);
+      // The columns the request assigns, as the core wrote them, that the table has.
+      const patch = {};
+      for (const [col] of req.set) if (col in raw) patch[col] = after[col] ?? null;
       if (Object.keys(patch).length === 0) patch.updated_at = after.updated_at;
       const written = await this._run(
         `update ${this.tables.runs}`,
-        cas(this.from('runs').update(patch).eq('id', req.run_id), raw, RUN_CAS).select('*').maybeSingle(),
+        cas(this.from('runs').update(patch).eq('id', req.run_id), raw, reads).select('*').maybeSingle(),
       );
       if (written) return runWritten(req, sim.now, before, after);
       // The row changed since the read: decide again on the new row.

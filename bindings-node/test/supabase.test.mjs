@@ -32,13 +32,36 @@ test('the reference query shapes: select * by id, conditional update filtered eq
   assert.equal(write[1][0], 'update');
   assert.deepEqual(Object.keys(write[1][1]).sort(), ['fencing_epoch', 'lease_expires_at', 'lease_owner', 'status', 'updated_at']);
   assert.deepEqual(write[2], ['eq', 'id', R]);
-  assert.ok(write.some((c) => c[0] === 'is' && c[1] === 'lease_owner' && c[2] === null), 'compare-and-set on a null owner uses is()');
-  assert.ok(write.some((c) => c[0] === 'eq' && c[1] === 'updated_at' && /\+00:00$/.test(c[2])), 'compare-and-set on the raw database text');
+  // Conditioned on the columns the core's decision read, as read: a null one with is().
+  assert.deepEqual(write.slice(3, -2), [['eq', 'status', 'ready'], ['is', 'lease_expires_at', null], ['eq', 'retries', 0], ['eq', 'fencing_epoch', 0]]);
   assert.deepEqual(write.slice(-2), [['select', '*'], ['maybeSingle']]);
   // Database text comes back as toISOString() text in tokens and rows.
   assert.equal(a.run.updated_at, '2026-07-30T10:00:00.500Z');
   assert.equal(a.run.created_at, '2026-07-30T10:00:00.000Z');
   assert.equal(fake.rows('agent_runs')[0].lease_expires_at, '2026-07-30T10:01:00.500+00:00');
+});
+
+test("renew, verifyFence and a release to a final status are one update each, no read, as the reference's adapter writes them", async () => {
+  const { fake, heart, tick } = world();
+  const a = await heart.acquire(R, 'worker-A', 60);
+  tick(1000);
+  const held = (expiry) => [['eq', 'fencing_epoch', 1], ['eq', 'lease_expires_at', expiry], ['eq', 'lease_owner', 'worker-A'], ['in', 'status', ['leased', 'running']]];
+  fake.calls.length = 0;
+  assert.equal(await heart.verifyFence(a.fence), true);
+  const renewed = await heart.renew(a.fence, 60);
+  assert.equal(renewed.leaseExpiresAt, '2026-07-30T10:01:01.000Z');
+  assert.ok(await heart.release(renewed, 'completed'));
+  assert.deepEqual(
+    fake.calls.map((q) => [q[1][0], ...q.slice(3, -2)]),
+    [['update', ...held('2026-07-30T10:01:00.000Z')], ['update', ...held('2026-07-30T10:01:00.000Z')], ['update', ...held('2026-07-30T10:01:01.000Z')]],
+  );
+  assert.equal(fake.rows('agent_runs')[0].status, 'completed');
+  // A takeover is decided on the row as read, and conditioned on its raw database text.
+  const w = world();
+  w.fake.tables.agent_runs[0] = { ...w.fake.tables.agent_runs[0], status: 'leased', lease_owner: 'old', lease_expires_at: '2026-07-30T09:59:00.000+00:00' };
+  w.fake.calls.length = 0;
+  assert.equal((await w.heart.acquire(R, 'new', 60)).acquired, true);
+  assert.ok(w.fake.calls[1].some((c) => c[0] === 'eq' && c[1] === 'lease_expires_at' && c[2] === '2026-07-30T09:59:00.000+00:00'), JSON.stringify(w.fake.calls[1]));
 });
 
 test('an error is an error: store-unavailable, never "not found" or a collision, nothing written', async () => {
