@@ -21,7 +21,8 @@
 //    own machine's clock, skewed clocks disagree about expiry (a worker running fast can take
 //    over a lease that is still live by its holder's clock). Keep clocks synchronized (NTP)
 //    and leases long relative to the skew, or make now() read the database's clock.
-//  * A request is a read followed by a conditional write, so contention costs re-decisions.
+//  * A request is a read followed by a conditional write (one the core can state whole: the
+//    write alone, read only when it misses), so contention costs re-decisions.
 //  * findExpiredLeases decides which expired leases a sweep sees: a store that keeps the
 //    TypeScript package's strict `expiry < now` misses a lease expiring exactly now (the next
 //    sweep takes it); the sweep still reclaims only what the one expiry rule (`<= now`) allows.
@@ -74,10 +75,11 @@ function protocol(message) {
  * The calls of one operation on a LeaseStore object: `rows` keeps each run's row as the
  * store last returned it (a write is conditioned on its values as read); `started` is when
  * the current store request began: its calls share one storeTimeoutMs, and one timer
- * (`expiry`, made when a call first waits) bounds them all.
+ * (`expiry`, made when a call first waits) bounds them all. `who` names the store in the
+ * errors of its calls.
  */
-function referenceCalls(store, { casRetries, timeoutMs }) {
-  return { store, casRetries, timeoutMs, rows: new Map(), started: Date.now(), expiry: null, timer: null, requests: null };
+function referenceCalls(store, { casRetries, timeoutMs, who = WHO }) {
+  return { store, who, casRetries, timeoutMs, rows: new Map(), started: Date.now(), expiry: null, timer: null, requests: null };
 }
 
 /** A new store request begins: its own time budget. */
@@ -112,12 +114,12 @@ function expiryOf(calls, left) {
  */
 async function call(calls, method, ...args) {
   const left = calls.timeoutMs - (Date.now() - calls.started);
-  if (left <= 0) throw new Error(`${WHO}.${method}: not called, the request ran out of time (storeTimeoutMs ${calls.timeoutMs})`);
+  if (left <= 0) throw new Error(`${calls.who}.${method}: not called, the request ran out of time (storeTimeoutMs ${calls.timeoutMs})`);
   try {
     const v = calls.store[method](...args);
     return isThenable(v) ? await Promise.race([v, expiryOf(calls, left)]) : v;
   } catch (e) {
-    throw new Error(`${WHO}.${method}: ${messageOf(e)}`);
+    throw new Error(`${calls.who}.${method}: ${messageOf(e)}`);
   }
 }
 

@@ -108,6 +108,8 @@ function columnsRead(node, out = new Set()) {
     for (const [tag, v] of Object.entries(node)) {
       if (['eq', 'in', 'at_most', 'older_than', 'starts_with', 'add'].includes(tag)) out.add(v[0]);
       else if (tag === 'expired_at' || tag === 'live_at') out.add(v);
+      // Whether the owner's instance is dead reads the owner.
+      else if (tag === 'owner_instance_dead') out.add('lease_owner');
       else if (['and', 'or', 'not', 'case'].includes(tag)) columnsRead(v, out);
       // val, now_plus and the cross-table conditions read no column of this row.
     }
@@ -286,7 +288,7 @@ class SupabaseLeaseStore {
    */
   async _updateRun(req) {
     if (mentions(req.when, 'owner_instance_dead')) return this._updateRunOnInstances(req);
-    const calls = referenceCalls(this._runMethods, { casRetries: this.casRetries, timeoutMs: NO_DEADLINE });
+    const calls = referenceCalls(this._runMethods, { casRetries: this.casRetries, timeoutMs: NO_DEADLINE, who: 'SupabaseLeaseStore' });
     return JSON.parse(await referenceRequest(calls, JSON.stringify(req)));
   }
 
@@ -298,7 +300,9 @@ class SupabaseLeaseStore {
     try {
       return await this._run(`update ${this.tables.runs}`, q.select('*').maybeSingle());
     } catch (e) {
-      if (e.pgCode === '22P02') return null; // not a UUID: no such run (as in PostgreSQL)
+      // Not a UUID: no such run (as in PostgreSQL), when the id cannot be read either;
+      // otherwise the write's own error.
+      if (e.pgCode === '22P02' && (await this._readRun(runId)) === null) return null;
       throw e;
     }
   }

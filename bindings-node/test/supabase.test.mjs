@@ -64,6 +64,28 @@ test("renew, verifyFence and a release to a final status are one update each, no
   assert.ok(w.fake.calls[1].some((c) => c[0] === 'eq' && c[1] === 'lease_expires_at' && c[2] === '2026-07-30T09:59:00.000+00:00'), JSON.stringify(w.fake.calls[1]));
 });
 
+test("a run write conditioned on its owner's dead instance is a compare-and-set on the owner as read", async () => {
+  const { fake, store, heart, tick } = world();
+  await heart.registerInstance('i-dead', { hostname: 'h', pid: 1 });
+  await heart.acquire(R, 'i-dead', 600);
+  tick(120_000);
+  fake.calls.length = 0;
+  const held = { in: ['status', [{ type: 'text', value: 'leased' }, { type: 'text', value: 'running' }]] };
+  const answer = await store.execute({
+    op: 'update_run',
+    run_id: R,
+    when: { and: [held, { owner_instance_dead: { ttl_ms: 90_000 } }] },
+    set: [['status', { val: { type: 'text', value: 'ready' } }], ['lease_owner', { val: { type: 'null' } }]],
+    want_before: false,
+    want_after: true,
+  });
+  assert.equal(answer.reply.after.status, 'ready');
+  const write = fake.calls.find((q) => q[0][1] === 'agent_runs' && q[1][0] === 'update');
+  // Whether the owner's instance is dead was decided on the owner read: the write holds only
+  // while the owner is still that one.
+  assert.ok(write.some((c) => c[0] === 'eq' && c[1] === 'lease_owner' && c[2] === 'i-dead'), JSON.stringify(write));
+});
+
 test('an error is an error: store-unavailable, never "not found" or a collision, nothing written', async () => {
   for (const fail of [{ code: '08006', message: 'connection failure' }, { throws: 'fetch failed' }]) {
     const { fake, heart } = world({ beforeExecute: (q) => { q.fail = fail; } });

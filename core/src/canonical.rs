@@ -718,7 +718,7 @@ pub fn canonical_sha256_hex(value: &Value) -> String {
 }
 
 /// `DIGEST_PREFIX + sha256_hex(canonicalize(value))`, computed by streaming the canonical bytes
-/// into the hasher (the canonical string is never built).
+/// into the hasher (natively the canonical string is never built; see [`hash_value`]).
 pub fn canonical_digest(value: &Value) -> String {
     let mut sink = HashSink::<HASH_BUF>::new();
     hash_value(value, &mut sink);

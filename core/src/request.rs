@@ -1026,6 +1026,17 @@ impl Record for RunRow {
         Ok(())
     }
     fn check(&self, col: RunCol, val: &Val) -> Result<(), String> {
+        RunRow::assignable(col, val)
+    }
+    fn run_ref(&self) -> (&str, Option<&str>) {
+        (&self.id, self.lease_owner.as_deref())
+    }
+}
+
+impl RunRow {
+    /// Whether `val` may be written to `col` ([`Record::check`]): the column's type, a known
+    /// status, null only where the column takes it, never the immutable id or key.
+    pub(crate) fn assignable(col: RunCol, val: &Val) -> Result<(), String> {
         match (col, val) {
             (RunCol::Id | RunCol::IdempotencyKey, _) => Err(format!("{} is immutable", col.name())),
             (RunCol::Status, Val::Text(t)) => RunStatus::parse(t).map(|_| ()).map_err(|e| e.message),
@@ -1036,12 +1047,7 @@ impl Record for RunRow {
             (c, v) => Err(format!("{}: a value of the wrong type: {v:?}", c.name())),
         }
     }
-    fn run_ref(&self) -> (&str, Option<&str>) {
-        (&self.id, self.lease_owner.as_deref())
-    }
-}
 
-impl RunRow {
     /// [`Record::set`] from a borrowed value: a literal assignment's value is applied from the
     /// request without a copy where the column does not keep it (a status is parsed).
     pub(crate) fn set_from(&mut self, col: RunCol, val: &Val) -> Result<(), String> {

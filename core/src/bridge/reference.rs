@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! getRun(runId) -> row | null
-//! conditionalUpdate(runId, updates, {eq}) -> updated row | null   (atomic)
+//! conditionalUpdate(runId, updates, {eq, in}) -> updated row | null   (atomic)
 //! findExpiredLeases(nowIso, limit) -> rows
 //! now() -> Date
 //! ```
@@ -21,8 +21,8 @@
 //!   misses and the request is decided again on a fresh read, at most `cas_retries` times;
 //!   then the request fails (`store-unavailable`, "kept changing"), never a silent miss;
 //! * a conditional write the contract can state whole (renew, verify, a release to a final
-//!   status: equalities and memberships against known values, the expiry's liveness decided
-//!   on the token's own expiry, assignments of values and the clock): `now()`, then one
+//!   status, a requeue: equalities and memberships against known values, the expiry's
+//!   liveness decided on the token's own expiry, assignments of values and the clock): `now()`, then one
 //!   `conditionalUpdate(id, patch, {eq, in})` with no read before it, as the TypeScript
 //!   package itself writes them ([`DirectWrite`]). A hit is the answer; a miss is decided
 //!   again on a read (then as above), so a row the store holds in another form (a timestamp's
@@ -211,9 +211,11 @@ pub(super) struct ReferenceStore {
 }
 
 /// Whether a store's rows have `fencing_epoch`, as its last row showed: learned from the rows
-/// taken, shared by the operations of one fleet. A write stated whole compares the epoch only
-/// when the rows have it (a token of epoch 0 comes from a store without it; until a row has
-/// shown which, such a write is decided on a read).
+/// taken, shared by the operations of one fleet (a request driven alone, through
+/// [`BridgeReferenceRequests`], starts from unknown). A write stated whole compares a token's
+/// epoch above 0 (a row had the column when it was minted) unless the rows have shown they
+/// lack it, and an epoch of 0 (a store without the column) only once they have shown they
+/// have it; otherwise the write is decided on a read.
 #[derive(Debug, Clone, Default)]
 pub(super) struct EpochColumn(Arc<AtomicU8>);
 
@@ -233,7 +235,12 @@ impl EpochColumn {
 }
 
 /// A conditional write the contract can state whole, before the clock is known: its `eq` and
-/// `in` conditions, the expiries that must still be live at the clock, and the assignments.
+/// `in` conditions and the expiries that must still be live at the clock.
+///
+/// A hit is the store's own equality on the values the core states, as for the TypeScript
+/// package's writes; so only what every store compares alike goes this way: one condition per
+/// column, values of the column's type (null only where the column takes it, never in an
+/// `in` list), assignments the core itself would accept.
 struct DirectWrite {
     conditions: Map<String, Value>,
     live: Vec<Timestamp>,
@@ -242,29 +249,59 @@ struct DirectWrite {
 impl DirectWrite {
     /// `when` of an `update_run` as `{eq, in}` conditions on values the request names, or
     /// `None` when a condition needs the row (a takeover, a dead owner, a prefix, an
-    /// arithmetic assignment, a column of ours the store may lack): then it is decided on a
-    /// read.
+    /// arithmetic assignment, a column of ours the store may lack) or the request is not one
+    /// the contract can state exactly: then it is decided on a read.
     fn of(request: &StoreRequest, epoch_column: u8) -> Option<DirectWrite> {
         let StoreRequest::UpdateRun { when, set, want_before: false, .. } = request else { return None };
-        let direct_set = set
-            .iter()
-            .all(|(c, e)| !OUR_RUN_COLUMNS.contains(c) && matches!(e, Expr::Val(_) | Expr::Now | Expr::NowPlus(_)));
-        if !direct_set {
+        let mut assigned = Vec::with_capacity(set.len());
+        for (c, e) in set {
+            let fits = match e {
+                Expr::Val(v) => RunRow::assignable(*c, v).is_ok(),
+                Expr::Now | Expr::NowPlus(_) => RunRow::assignable(*c, &Val::Time(Timestamp::EPOCH)).is_ok(),
+                _ => false,
+            };
+            if !fits || OUR_RUN_COLUMNS.contains(c) || assigned.contains(c) {
+                return None;
+            }
+            assigned.push(*c);
+        }
+        if set.is_empty() {
             return None;
         }
         let all = match when {
             Cond::And(all) => all.as_slice(),
             one => std::slice::from_ref(one),
         };
+        // A value the store compares as the core does: the column's type, null only where the
+        // column takes it (the condition language also names the id and the key).
+        let comparable = |c: RunCol, v: &Val| {
+            RunRow::assignable(c, v).is_ok() || matches!((c, v), (RunCol::Id | RunCol::IdempotencyKey, Val::Text(_)))
+        };
         let (mut eq, mut within, mut live) = (Map::new(), Map::new(), Vec::new());
+        let mut named = Vec::with_capacity(all.len());
+        for cond in all {
+            let column = match cond {
+                Cond::Eq(c, _) | Cond::In(c, _) => *c,
+                _ => continue,
+            };
+            if named.contains(&column) {
+                return None;
+            }
+            named.push(column);
+        }
         for cond in all {
             match cond {
-                Cond::Eq(RunCol::FencingEpoch, Val::Int(0)) if epoch_column == EpochColumn::ABSENT => {}
-                Cond::Eq(RunCol::FencingEpoch, Val::Int(0)) if epoch_column == EpochColumn::UNKNOWN => return None,
-                Cond::Eq(c, v) => {
+                Cond::Eq(RunCol::FencingEpoch, Val::Int(e)) => match (*e, epoch_column) {
+                    (0, EpochColumn::ABSENT) => {}
+                    (0, EpochColumn::PRESENT) | (1.., EpochColumn::UNKNOWN | EpochColumn::PRESENT) => {
+                        eq.insert(RunCol::FencingEpoch.name().to_owned(), Value::from(*e));
+                    }
+                    _ => return None,
+                },
+                Cond::Eq(c, v) if comparable(*c, v) => {
                     eq.insert(c.name().to_owned(), plain(v.as_ref()));
                 }
-                Cond::In(c, vs) => {
+                Cond::In(c, vs) if vs.iter().all(|v| *v != Val::Null && comparable(*c, v)) => {
                     within.insert(c.name().to_owned(), vs.iter().map(|v| plain(v.as_ref())).collect());
                 }
                 // Live on the expiry the request names (an equality of the same conjunction).
@@ -680,8 +717,17 @@ pub(super) fn decide(request: &StoreRequest, run: &RunRow, present: &[&str], ms:
     Ok(Decision { before, after, expect, patch })
 }
 
-fn miss(ms: i64) -> StoreAnswer {
-    StoreAnswer { now: Timestamp(ms), reply: StoreReply::RunWrite { before: None, after: None } }
+/// The answer to the conditional write `request` at `ms`: the rows it wants, or only whether
+/// it hit when it wants neither (verifyFence's), as the core's own stores answer.
+fn written_answer(request: &StoreRequest, ms: i64, before: Option<RunRow>, after: Option<RunRow>) -> StoreAnswer {
+    let reply = match request {
+        StoreRequest::UpdateRun { want_before: false, want_after: false, .. } => {
+            StoreReply::RunHit { hit: after.is_some() }
+        }
+        StoreRequest::UpdateRun { want_before: true, .. } => StoreReply::RunWrite { before, after },
+        _ => StoreReply::RunWrite { before: None, after },
+    };
+    StoreAnswer { now: Timestamp(ms), reply }
 }
 
 impl ReferenceStore {
@@ -802,8 +848,7 @@ impl ReferenceStore {
         };
         match (&pending.wait, row) {
             (Wait::WrittenDirect, Some(after)) => {
-                let reply = StoreReply::RunWrite { before: None, after: Some(after.run) };
-                self.answer(Ok(StoreAnswer { now: Timestamp(pending.ms), reply }))
+                self.answer(Ok(written_answer(&pending.request, pending.ms, None, Some(after.run))))
             }
             // Not written: decided on a read, which also tells a changed row from one the
             // store holds in another form.
@@ -879,7 +924,7 @@ impl ReferenceStore {
                 // The read that follows a miss (to explain it) is answered with this one.
                 let ms = pending.ms;
                 self.known.insert(run_id, Known { row, ms });
-                self.answer(Ok(miss(ms)))
+                self.answer(Ok(written_answer(&pending.request, ms, None, None)))
             }
         }
     }
@@ -889,7 +934,7 @@ impl ReferenceStore {
         let Pending { request, ms, lost, wait: Wait::Written(before), .. } = pending else {
             return self.answer(Err(out_of_turn("a written row")));
         };
-        let StoreRequest::UpdateRun { run_id, want_before, .. } = &request else {
+        let StoreRequest::UpdateRun { run_id, .. } = &request else {
             return self.answer(Err(out_of_turn("a written row")));
         };
         let Some(after) = row else {
@@ -904,9 +949,7 @@ impl ReferenceStore {
             let pending = Pending { request, ms, given: false, lost, wait: Wait::Read };
             return self.call(pending, call, false);
         };
-        let before = if *want_before { before.map(|b| *b) } else { None };
-        let reply = StoreReply::RunWrite { before, after: Some(after.run) };
-        self.answer(Ok(StoreAnswer { now: Timestamp(ms), reply }))
+        self.answer(Ok(written_answer(&request, ms, before.map(|b| *b), Some(after.run))))
     }
 }
 
@@ -1155,16 +1198,20 @@ mod tests {
         assert_eq!(write, format!("w\u{1f}r\u{1f}{{\"updated_at\":\"2026-07-30T00:00:00.005Z\"}}\u{1f}{conditions}"));
         let mut after = held_by(&t);
         after["updated_at"] = json!("2026-07-30T00:00:00.005Z");
+        // Only whether it hit: verifyFence wants neither row, as the core's own stores answer.
         let a = answer(s.written(&after.to_string())).unwrap();
         assert_eq!(a.now, Timestamp(T0 + 5));
-        let StoreReply::RunWrite { before: None, after: Some(run) } = a.reply else { panic!("{a:?}") };
-        assert_eq!(run.updated_at, Timestamp(T0 + 5));
-        // renew: the new expiry from the store's clock.
+        assert_eq!(a.reply, StoreReply::RunHit { hit: true });
+        // renew: the new expiry from the store's clock, and the row written.
         let mut s = ReferenceStore::new(3);
         assert_eq!(call(s.start(crate::ops::lease::renew_request(&t, 90_000))), "T");
         let write = call(s.clock(T0 + 5));
         let patch = r#"{"lease_expires_at":"2026-07-30T00:01:30.005Z","updated_at":"2026-07-30T00:00:00.005Z"}"#;
         assert_eq!(write, format!("w\u{1f}r\u{1f}{patch}\u{1f}{conditions}"));
+        after["lease_expires_at"] = json!("2026-07-30T00:01:30.005Z");
+        let a = answer(s.written(&after.to_string())).unwrap();
+        let StoreReply::RunWrite { before: None, after: Some(run) } = a.reply else { panic!("{a:?}") };
+        assert_eq!(run.lease_expires_at, Some(Timestamp(T0 + 90_005)));
         // release to a final status; to ready it names the run's key, which needs the row.
         let mut s = ReferenceStore::new(3);
         call(s.start(crate::ops::lease::release_request(&t, crate::ops::ReleaseTo::Completed)));
@@ -1190,8 +1237,16 @@ mod tests {
         other_form["lease_expires_at"] = json!("2026-07-30T00:01:00+00:00");
         let cas = call(s.read(T0 + 6, &other_form.to_string()));
         assert!(cas.starts_with("u\u{1f}r\u{1f}{\"updated_at\":\"2026-07-30T00:00:00.006Z\"}\u{1f}"), "{cas}");
-        assert!(answer(s.written(&other_form.to_string())).is_ok());
-        // A changed row: the read's decision is the miss, and a CAS loss is not counted for it.
+        assert_eq!(answer(s.written(&other_form.to_string())).unwrap().reply, StoreReply::RunHit { hit: true });
+        // The direct miss is not a lost compare-and-set: with two decisions allowed, a lost
+        // compare-and-set after it is decided again (a second loss would be reported).
+        let mut s = ReferenceStore::new(2);
+        call(s.start(crate::ops::lease::verify_request(&t)));
+        call(s.clock(T0 + 5));
+        call(s.written("null"));
+        assert!(call(s.read(T0 + 6, &other_form.to_string())).starts_with("u\u{1f}"));
+        assert_eq!(call(s.written("null")), "g\u{1f}r", "one loss, decided again");
+        // A changed row: the read's decision is the miss.
         let mut s = ReferenceStore::new(1);
         call(s.start(crate::ops::lease::verify_request(&t)));
         call(s.clock(T0 + 5));
@@ -1199,11 +1254,48 @@ mod tests {
         let mut taken_over = held_by(&t);
         taken_over["lease_owner"] = json!("other");
         let a = answer(s.read(T0 + 6, &taken_over.to_string())).unwrap();
-        assert!(matches!(a.reply, StoreReply::RunWrite { after: None, .. }), "{a:?}");
+        assert_eq!(a.reply, StoreReply::RunHit { hit: false });
         // The token's own expiry has passed at the clock: no write, the row read instead.
         let mut s = ReferenceStore::new(3);
         call(s.start(crate::ops::lease::verify_request(&t)));
         assert_eq!(call(s.clock(T0 + 60_000)), "g\u{1f}r");
+    }
+
+    #[test]
+    fn only_a_request_every_store_compares_as_the_core_does_is_written_whole() {
+        let t = token(Some(3));
+        let verify = crate::ops::lease::verify_request(&t);
+        let StoreRequest::UpdateRun { when: Cond::And(held), set, .. } = &verify else { panic!("{verify:?}") };
+        let with = |extra: Vec<Cond<RunCol>>, set: Vec<(RunCol, Expr<RunCol>)>| StoreRequest::UpdateRun {
+            run_id: "r".into(),
+            when: Cond::And(held.iter().cloned().chain(extra).collect()),
+            set,
+            want_before: false,
+            want_after: true,
+        };
+        let status = |s: &str| Val::Text(s.into());
+        for (what, request) in [
+            ("a column named twice", with(vec![Cond::Eq(RunCol::LeaseOwner, Val::Text("x".into()))], set.clone())),
+            ("a value of another type", with(vec![Cond::Eq(RunCol::Retries, Val::Text("0".into()))], set.clone())),
+            ("null in a NOT NULL column", with(vec![Cond::Eq(RunCol::Retries, Val::Null)], set.clone())),
+            ("null among the values of in", with(vec![Cond::In(RunCol::IdempotencyKey, vec![Val::Null])], set.clone())),
+            ("an unknown status", with(vec![], vec![(RunCol::Status, Expr::Val(status("paused")))])),
+            ("the immutable key assigned", with(vec![], vec![(RunCol::IdempotencyKey, Expr::Val(status("k")))])),
+            (
+                "a column assigned twice",
+                with(vec![], vec![(RunCol::UpdatedAt, Expr::Now), (RunCol::UpdatedAt, Expr::Now)]),
+            ),
+            ("nothing assigned", with(vec![], vec![])),
+        ] {
+            assert_eq!(call(ReferenceStore::new(3).start(request)), "G\u{1f}r", "{what}: decided on a read");
+        }
+        // The same request without the oddity is written whole.
+        assert_eq!(call(ReferenceStore::new(3).start(with(vec![], set.clone()))), "T");
+        // A token's epoch above 0 on a store whose rows lack the column is decided on a read
+        // (the core takes the missing column as 0: a miss).
+        let absent = EpochColumn::default();
+        absent.0.store(EpochColumn::ABSENT, Ordering::Relaxed);
+        assert_eq!(call(ReferenceStore::sharing(3, absent).start(verify)), "G\u{1f}r");
     }
 
     #[test]
