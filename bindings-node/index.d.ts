@@ -335,7 +335,9 @@ export interface LeaseConditions {
  * The TypeScript package's `LeaseStore` contract, accepted by `HeartFleet` as its store:
  * each request is decided by the core on the row `getRun` returns and written back with
  * `conditionalUpdate` conditioned on every column the decision read (re-decided at most
- * `casRetries` times when the row changed); sweeps go through `findExpiredLeases`; `now()` is
+ * `casRetries` times when the row changed); renew, verifyFence and a release to a final status
+ * are one `conditionalUpdate` with the token's `eq` and `in` conditions, as the TypeScript
+ * package writes them; sweeps go through `findExpiredLeases`; `now()` is
  * the clock (so skewed worker clocks disagree about expiry). It cannot hold effect intents,
  * instances or run listings: those requests fail with `invalid-input`.
  */
