@@ -90,14 +90,29 @@ function diff(before, after, cols) {
   return patch;
 }
 
-/** Adds the compare-and-set filters: every column as read (raw database text). */
-function cas(query, raw, cols) {
+/**
+ * Adds an equality filter (is() for null) on each of `cols` that `row` has, with its value
+ * there: a compare-and-set on the values as read, or the conditions the core states.
+ */
+function cas(query, row, cols) {
   let q = query;
   for (const c of cols) {
-    if (!(c in raw)) continue;
-    q = raw[c] === null ? q.is(c, null) : q.eq(c, raw[c]);
+    if (!(c in row)) continue;
+    q = row[c] === null ? q.is(c, null) : q.eq(c, row[c]);
   }
   return q;
+}
+
+/**
+ * What a decided write updates: the columns the request assigns, as the core wrote them,
+ * that the table has (`raw`, the row as read); `touched` alone when there is none, so the
+ * write still proves its compare-and-set.
+ */
+function assigned(req, raw, after, touched) {
+  const patch = {};
+  for (const [col] of req.set) if (col in raw) patch[col] = after[col] ?? null;
+  if (Object.keys(patch).length === 0) patch[touched] = after[touched];
+  return patch;
 }
 
 /** The columns of its own row a condition or an assignment (the core's JSON form) reads. */
@@ -294,8 +309,8 @@ class SupabaseLeaseStore {
 
   /** `conditionalUpdate` of the LeaseStore contract: the row written, or null on a miss. */
   async _writeRun(runId, patch, conditions) {
-    let q = this.from('runs').update(patch).eq('id', runId);
-    for (const [col, v] of Object.entries(conditions.eq ?? {})) q = v === null ? q.is(col, null) : q.eq(col, v);
+    const eq = conditions.eq ?? {};
+    let q = cas(this.from('runs').update(patch).eq('id', runId), eq, Object.keys(eq));
     for (const [col, vs] of Object.entries(conditions.in ?? {})) q = q.in(col, vs);
     try {
       return await this._run(`update ${this.tables.runs}`, q.select('*').maybeSingle());
@@ -317,10 +332,7 @@ class SupabaseLeaseStore {
       const sim = decideRunWrite(this, req, { runs: [raw], instances: await this._all('instances') }, now);
       const { before, after } = sim.reply;
       if (!after) return runWritten(req, sim.now, null, null);
-      // The columns the request assigns, as the core wrote them, that the table has.
-      const patch = {};
-      for (const [col] of req.set) if (col in raw) patch[col] = after[col] ?? null;
-      if (Object.keys(patch).length === 0) patch.updated_at = after.updated_at;
+      const patch = assigned(req, raw, after, 'updated_at');
       const written = await this._run(
         `update ${this.tables.runs}`,
         cas(this.from('runs').update(patch).eq('id', req.run_id), raw, reads).select('*').maybeSingle(),
@@ -442,10 +454,7 @@ class SupabaseLeaseStore {
       const sim = this._simulate(req, { intents: [raw], runs }, now);
       const after = sim.reply.intent;
       if (!after) return sim;
-      // The columns the request assigns, as the core wrote them, that the table has.
-      const patch = {};
-      for (const [col] of req.set) if (col in raw) patch[col] = after[col] ?? null;
-      if (Object.keys(patch).length === 0) patch.state = after.state;
+      const patch = assigned(req, raw, after, 'state');
       const written = await this._run(
         `update ${this.tables.intents}`,
         cas(this.from('intents').update(patch).eq('run_id', req.run_id).eq('effect_key', req.effect_key), raw, reads)

@@ -253,6 +253,9 @@ impl DirectWrite {
     /// the contract can state exactly: then it is decided on a read.
     fn of(request: &StoreRequest, epoch_column: u8) -> Option<DirectWrite> {
         let StoreRequest::UpdateRun { when, set, want_before: false, .. } = request else { return None };
+        if set.is_empty() {
+            return None;
+        }
         let mut assigned = Vec::with_capacity(set.len());
         for (c, e) in set {
             let fits = match e {
@@ -264,9 +267,6 @@ impl DirectWrite {
                 return None;
             }
             assigned.push(*c);
-        }
-        if set.is_empty() {
-            return None;
         }
         let all = match when {
             Cond::And(all) => all.as_slice(),
