@@ -79,8 +79,16 @@ step "the core links into a wasm32-unknown-unknown module with zero imports"
 cargo build -p heart-fleet-wasm-check --target wasm32-unknown-unknown --release
 python3 scripts/wasm_imports.py target/wasm32-unknown-unknown/release/heart_fleet_wasm_check.wasm
 
+# The CLI every step below runs: the one `cargo test --all-targets` built above for the CLI's
+# own integration tests (dev profile, every feature the workspace turns on). A release build
+# of it (wasmtime's compiler at full optimisation) took about ten minutes of this script and
+# none of these steps needs its speed; the README's `cargo run --release` stays the user's path.
+cli="${CARGO_TARGET_DIR:-$PWD/target}/debug/heart-fleet"
+[ -x "$cli" ] || { echo "test-all: cargo test did not leave the CLI at $cli" >&2; exit 1; }
+export HEART_FLEET_CLI="$cli"
+
 step "the CLI's main job (simulate) on a fresh store"
-cargo run --release -q --bin heart-fleet -- simulate --json --seed 7 --crash-rate 0.2 | tee /tmp/heart-simulate.json
+"$cli" simulate --json --seed 7 --crash-rate 0.2 | tee /tmp/heart-simulate.json
 python3 - <<'PY'
 import json
 r = json.load(open("/tmp/heart-simulate.json"))
@@ -90,28 +98,25 @@ print("simulate safety report: all counts 0")
 PY
 
 step "the same simulation through the component gives the same report"
-cargo run --release -q --bin heart-fleet -- --engine component simulate --json --seed 7 --crash-rate 0.2 \
+"$cli" --engine component simulate --json --seed 7 --crash-rate 0.2 \
   > /tmp/heart-simulate-component.json
 cmp /tmp/heart-simulate.json /tmp/heart-simulate-component.json
 echo "simulate --engine component: the native report, byte for byte"
 
 step "the canary on the embedded SQLite default, from a fresh directory"
 canary_dir=$(mktemp -d)
-root=$PWD
-(cd "$canary_dir" && cargo run --release -q --manifest-path "$root/Cargo.toml" --bin heart-fleet -- canary \
-  && cargo run --release -q --manifest-path "$root/Cargo.toml" --bin heart-fleet -- canary) | tail -n 1
+(cd "$canary_dir" && "$cli" canary && "$cli" canary) | tail -n 1
 rm -rf "$canary_dir"
 
 step "the operator console: heart-fleet serve over HTTP (SQLite and PostgreSQL), /metrics parsed by prometheus_client, the dashboard in chromium"
 command -v chromium >/dev/null 2>&1 || {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 }
-HEART_FLEET_CLI="${CARGO_TARGET_DIR:-$PWD/target}/release/heart-fleet" bash scripts/test-console.sh
+bash scripts/test-console.sh
 
 step "Node: the napi-rs binding (npm package heart-fleet) and the bot example"
 node --version
-# The PostgreSQL tests migrate with Node and with this CLI at once (built by the step above).
-export HEART_FLEET_CLI="${CARGO_TARGET_DIR:-$PWD/target}/release/heart-fleet"
+# The PostgreSQL tests migrate with Node and with this CLI ($HEART_FLEET_CLI) at once.
 (cd bindings-node && npm ci --no-audit --no-fund && npm test)
 (cd host-examples/node && npm ci --no-audit --no-fund && npm test)
 
