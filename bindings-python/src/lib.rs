@@ -42,7 +42,7 @@ use std::time::Instant;
 
 use heart_fleet_core::bridge::{self, TypedOutcome};
 use heart_fleet_core::{ErrorCode, HeartError};
-use pyo3::exceptions::{PyException, PyRuntimeError, PyStopIteration, PyTypeError};
+use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -408,6 +408,22 @@ impl NativeOp {
         }))
     }
 
+    /// Answers the store requests with `method` while the operation needs the store (see
+    /// [`NativeOp::drive_store`]).
+    fn answer_store(
+        &self,
+        py: Python<'_>,
+        method: &Bound<'_, PyAny>,
+        settle: &Bound<'_, PyAny>,
+        typed: bool,
+    ) -> PyResult<()> {
+        while let Some(request) = self.next_request(py, typed)? {
+            let outcome = method.call1((request,));
+            self.resume_with(py, method, settle, outcome)?;
+        }
+        Ok(())
+    }
+
     /// Resumes the operation with what its store's method gave: a `StoreAnswer` or text as
     /// it is, anything else or an `Exception` as `settle` says (see `drive_store`); what is not
     /// an `Exception` propagates with nothing recorded.
@@ -439,6 +455,31 @@ impl NativeOp {
             Some(code) => op.resume_store_failure(code, &answer),
         })?;
         Ok(())
+    }
+}
+
+/// What a coroutine did when sent `None`: stopped at an `await` with a signal for its loop,
+/// or returned.
+enum Sent<'py> {
+    Yielded(Bound<'py, PyAny>),
+    Returned(Bound<'py, PyAny>),
+}
+
+/// `coroutine.send(None)`, as `await` runs a coroutine's step, through `PyIter_Send`: a
+/// coroutine that returns gives its value without a `StopIteration` made and caught (most of
+/// what answering an asyncio store's request cost, since its `execute` rarely suspends).
+fn send_none<'py>(coroutine: &Bound<'py, PyAny>) -> PyResult<Sent<'py>> {
+    let py = coroutine.py();
+    let mut out: *mut pyo3::ffi::PyObject = std::ptr::null_mut();
+    // SAFETY: both arguments are live objects the GIL (`py`) keeps alive for the call;
+    // PyIter_Send only borrows them. It writes a new reference to `out` when it answers
+    // PYGEN_NEXT or PYGEN_RETURN, and sets the error indicator when it answers PYGEN_ERROR.
+    let sent = unsafe { pyo3::ffi::PyIter_Send(coroutine.as_ptr(), pyo3::ffi::Py_None(), &mut out) };
+    match sent {
+        pyo3::ffi::PySendResult::PYGEN_ERROR => Err(PyErr::fetch(py)),
+        // SAFETY: `out` is the new reference PyIter_Send handed over (non-null on these two).
+        pyo3::ffi::PySendResult::PYGEN_NEXT => Ok(Sent::Yielded(unsafe { Bound::from_owned_ptr(py, out) })),
+        pyo3::ffi::PySendResult::PYGEN_RETURN => Ok(Sent::Returned(unsafe { Bound::from_owned_ptr(py, out) })),
     }
 }
 
@@ -566,13 +607,32 @@ impl NativeOp {
         settle: &Bound<'_, PyAny>,
         typed: bool,
     ) -> PyResult<String> {
-        loop {
-            let Some(request) = self.next_request(py, typed)? else {
-                return Ok(locked(&self.inner)?.need().to_owned());
-            };
-            let outcome = method.call1((request,));
-            self.resume_with(py, method, settle, outcome)?;
+        self.answer_store(py, method, settle, typed)?;
+        Ok(locked(&self.inner)?.need().to_owned())
+    }
+
+    /// [`NativeOp::drive_store`] with `store`'s own method (`execute` when `typed`, else
+    /// `execute_json`), then what [`NativeOp::finished`] gives: the blocking path of an
+    /// operation on a store object in one call.
+    fn finish_store(
+        &self,
+        py: Python<'_>,
+        store: &Bound<'_, PyAny>,
+        settle: &Bound<'_, PyAny>,
+        typed: bool,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let method = store.getattr(if typed { intern!(py, "execute") } else { intern!(py, "execute_json") })?;
+        self.answer_store(py, &method, settle, typed)?;
+        self.finished(py)
+    }
+
+    /// The result once the operation is done, as [`NativeOp::result`] gives it (its error
+    /// raised); `None` while it needs something.
+    fn finished(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        if !locked(&self.inner)?.is_done() {
+            return Ok(None);
         }
+        self.result(py).map(Some)
     }
 
     /// [`NativeOp::drive_store`] for an asyncio store: answers the requests its store answers
@@ -595,9 +655,11 @@ impl NativeOp {
             let Some(request) = self.next_request(py, typed)? else { return Ok(None) };
             let called = Instant::now();
             let outcome = match method.call1((request,)) {
-                Ok(v) if v.get_type().is(coroutine) => match v.call_method1(intern!(py, "send"), (py.None(),)) {
-                    Ok(signal) => return Ok(Some((v.unbind(), signal.unbind(), called.elapsed().as_secs_f64()))),
-                    Err(e) if e.is_instance_of::<PyStopIteration>(py) => e.value(py).getattr(intern!(py, "value")),
+                Ok(v) if v.get_type().is(coroutine) => match send_none(&v) {
+                    Ok(Sent::Yielded(signal)) => {
+                        return Ok(Some((v.unbind(), signal.unbind(), called.elapsed().as_secs_f64())));
+                    }
+                    Ok(Sent::Returned(answer)) => Ok(answer),
                     Err(e) => Err(e),
                 },
                 Ok(v)

@@ -494,11 +494,13 @@ def finish_sync(fleet: Fleetlike, op: Any) -> Any:
     """Drives an operation the native fleet started with its result kept (``start_acquire``
     and its siblings, on a store object whose receipts are not held) with blocking calls:
     its value, built in Rust, or its coded error raised."""
-    _blocking(fleet)
-    _drive_store(fleet, op)
-    if not op.is_done():  # it needs more than the store
+    if getattr(fleet, "_async_store", False):
+        _blocking(fleet)
+    result = op.finish_store(fleet._store, _settle, not fleet._text_store)
+    if result is None:  # it needs more than the store
         ok_of(run_sync(steps(fleet, op, None)))
-    return op.result()
+        result = op.result()
+    return result
 
 
 async def finish_async(fleet: Fleetlike, op: Any) -> Any:
@@ -527,9 +529,11 @@ async def finish_async(fleet: Fleetlike, op: Any) -> Any:
                 return op.result()
             raise asyncio.CancelledError() from None
         _resume_store(op, ok, v)
-    if not op.is_done():
+    result = op.finished()
+    if result is None:  # it needs more than the store
         ok_of(await run_async(steps(fleet, op, None)))
-    return op.result()
+        result = op.result()
+    return result
 
 
 async def _suspended(left: tuple[Any, Any, float], timeout: float | None) -> Any:
