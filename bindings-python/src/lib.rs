@@ -418,8 +418,21 @@ impl NativeOp {
         typed: bool,
     ) -> PyResult<()> {
         while let Some(request) = self.next_request(py, typed)? {
-            let outcome = method.call1((request,));
+            let outcome = method.call1((&request,));
+            self.give_back(&request)?;
             self.resume_with(py, method, settle, outcome)?;
+        }
+        Ok(())
+    }
+
+    /// Hands a typed request back to the operation once its store is done with it, when
+    /// nothing else holds it (the store kept no reference): the operation's next of its kind
+    /// refits it instead of building it anew.
+    fn give_back(&self, request: &Bound<'_, PyAny>) -> PyResult<()> {
+        if let Ok(typed) = request.cast::<StoreRequest>()
+            && let Some(core) = StoreRequest::take_unshared(typed)
+        {
+            locked(&self.inner)?.give_back_request(core);
         }
         Ok(())
     }
@@ -437,7 +450,8 @@ impl NativeOp {
         let settled = match outcome {
             Ok(answer) => {
                 if let Ok(typed) = answer.cast::<StoreAnswer>() {
-                    self.resume_store_answer(py, typed.get())?;
+                    let answer = StoreAnswer::take_or_copy(typed);
+                    self.resume(py, |op| op.resume_store_answer(answer))?;
                     return Ok(());
                 }
                 if let Ok(text) = answer.cast::<PyString>() {
@@ -520,7 +534,7 @@ impl NativeOp {
 
     /// The store's answer as a Rust store gave it (a `StoreAnswer`).
     fn resume_store_answer(&self, py: Python<'_>, answer: &StoreAnswer) -> PyResult<String> {
-        self.resume(py, |op| op.resume_store_answer(answer.core.clone()))
+        self.resume(py, |op| op.resume_store_answer(answer.core.get().clone()))
     }
 
     /// The store failed: the operation ends with `store-unavailable`.
@@ -654,12 +668,15 @@ impl NativeOp {
         loop {
             let Some(request) = self.next_request(py, typed)? else { return Ok(None) };
             let called = Instant::now();
-            let outcome = match method.call1((request,)) {
+            let outcome = match method.call1((&request,)) {
                 Ok(v) if v.get_type().is(coroutine) => match send_none(&v) {
                     Ok(Sent::Yielded(signal)) => {
                         return Ok(Some((v.unbind(), signal.unbind(), called.elapsed().as_secs_f64())));
                     }
-                    Ok(Sent::Returned(answer)) => Ok(answer),
+                    Ok(Sent::Returned(answer)) => {
+                        drop(v); // the finished coroutine's reference to the request
+                        Ok(answer)
+                    }
                     Err(e) => Err(e),
                 },
                 Ok(v)
@@ -671,6 +688,7 @@ impl NativeOp {
                 }
                 other => other,
             };
+            self.give_back(&request)?;
             self.resume_with(py, method, settle, outcome)?;
         }
     }
@@ -739,7 +757,7 @@ impl NativeMemoryStore {
 
     /// Executes one `StoreRequest` as it is and returns its `StoreAnswer`, without JSON.
     fn execute(&self, request: &StoreRequest) -> PyResult<StoreAnswer> {
-        self.inner.execute(&request.core).map(StoreAnswer::from_core).map_err(py_err)
+        self.inner.execute(&request.core.get()).map(StoreAnswer::from_core).map_err(py_err)
     }
 
     /// Executes one StoreRequest (JSON text) and returns the StoreAnswer (JSON text).

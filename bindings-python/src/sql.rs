@@ -25,8 +25,8 @@ pub(crate) fn sql_statements<'py>(
     request: &StoreRequest,
     dialect: &str,
 ) -> PyResult<Vec<(String, Bound<'py, PyList>)>> {
-    let statements =
-        sql::render(&request.core, heart_fleet_core::bridge::dialect(dialect).map_err(py_err)?).map_err(py_err)?;
+    let statements = sql::render(&request.core.get(), heart_fleet_core::bridge::dialect(dialect).map_err(py_err)?)
+        .map_err(py_err)?;
     statements
         .into_iter()
         .map(|st| {
@@ -99,7 +99,7 @@ pub(crate) fn sql_answer(
         }
         sets.push(set);
     }
-    sql::decode(&request.core, dialect_of, sets).map(StoreAnswer::from_core).map_err(py_err)
+    sql::decode(&request.core.get(), dialect_of, sets).map(StoreAnswer::from_core).map_err(py_err)
 }
 
 /// The [`StoreRequest`] of a request's JSON text (a SQL store's `execute_json`); text that

@@ -8,10 +8,10 @@
 //! of that copy see, never what the core executes or resumes with); `to_dict()` gives a copy
 //! of its own.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use heart_fleet_core::memory::op_name;
-use heart_fleet_core::{StoreAnswer as CoreAnswer, StoreRequest as CoreRequest};
+use heart_fleet_core::{StoreAnswer as CoreAnswer, StoreReply as CoreReply, StoreRequest as CoreRequest};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict};
 use serde::Serialize;
@@ -40,6 +40,35 @@ impl Shape {
     }
 }
 
+/// The core's value a [`StoreRequest`] or [`StoreAnswer`] holds. Behind a lock only so that
+/// whoever holds the last reference to the Python object may take the value out
+/// ([`StoreRequest::take_unshared`], [`StoreAnswer::take_unshared`]): a request handed back
+/// to its operation, an answer's rows moved into it instead of copied. Nothing changes it
+/// while the object can still be read.
+pub(crate) struct Held<T>(Mutex<T>);
+
+impl<T> Held<T> {
+    fn new(value: T) -> Held<T> {
+        Held(Mutex::new(value))
+    }
+
+    /// The value. The lock is never held across a call that could panic, so a poisoned
+    /// one still holds a whole value.
+    pub(crate) fn get(&self) -> MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Whether `object` is referred to by its holder alone: with the GIL held, nothing else can
+/// then read it, so its value may be taken out (these classes support no weak references).
+/// The count is exact here: the package is built for the stable ABI, which only
+/// GIL-holding CPython builds load (a free-threaded build's counts are split).
+fn unshared<T: pyo3::PyClass>(object: &Bound<'_, T>) -> bool {
+    // SAFETY: `object` is a live object (the Bound holds a reference, the GIL is held);
+    // Py_REFCNT only reads its count.
+    unsafe { pyo3::ffi::Py_REFCNT(object.as_ptr()) == 1 }
+}
+
 fn text_of(value: &impl Serialize) -> String {
     // The core's requests and answers are plain data: serializing them cannot fail.
     serde_json::to_string(value).unwrap_or_default()
@@ -55,16 +84,16 @@ macro_rules! mapping_methods {
 
             /// The JSON shape, as a new dict.
             fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-                Shape::fresh(py, &self.core)
+                Shape::fresh(py, &*self.core.get())
             }
 
             /// The JSON text (the text contract's form).
             fn to_json(&self) -> String {
-                text_of(&self.core)
+                text_of(&*self.core.get())
             }
 
             fn __getitem__<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-                self.shape.get(py, &self.core)?.as_any().get_item(key)
+                self.shape.get(py, &*self.core.get())?.as_any().get_item(key)
             }
 
             #[pyo3(signature = (key, default=None))]
@@ -74,40 +103,41 @@ macro_rules! mapping_methods {
                 key: &Bound<'py, PyAny>,
                 default: Option<Bound<'py, PyAny>>,
             ) -> PyResult<Bound<'py, PyAny>> {
-                let found = self.shape.get(py, &self.core)?.get_item(key)?;
+                let found = self.shape.get(py, &*self.core.get())?.get_item(key)?;
                 Ok(found.or(default).unwrap_or_else(|| py.None().into_bound(py)))
             }
 
             fn __contains__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-                self.shape.get(py, &self.core)?.contains(key)
+                self.shape.get(py, &*self.core.get())?.contains(key)
             }
 
             fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-                Ok(self.shape.get(py, &self.core)?.len())
+                Ok(self.shape.get(py, &*self.core.get())?.len())
             }
 
             fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-                self.shape.get(py, &self.core)?.as_any().try_iter().map(Bound::into_any)
+                self.shape.get(py, &*self.core.get())?.as_any().try_iter().map(Bound::into_any)
             }
 
             fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-                self.shape.get(py, &self.core)?.call_method0("keys")
+                self.shape.get(py, &*self.core.get())?.call_method0("keys")
             }
 
             fn values<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-                self.shape.get(py, &self.core)?.call_method0("values")
+                self.shape.get(py, &*self.core.get())?.call_method0("values")
             }
 
             fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-                self.shape.get(py, &self.core)?.call_method0("items")
+                self.shape.get(py, &*self.core.get())?.call_method0("items")
             }
 
             /// Equal to the same value, or to a mapping with its JSON shape.
             fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
                 let equal = if let Ok(other) = other.cast::<$ty>() {
-                    self.core == other.get().core
+                    // The same object's lock is not taken twice.
+                    std::ptr::eq(self, other.get()) || *self.core.get() == *other.get().core.get()
                 } else if other.cast::<PyDict>().is_ok() || other.is_instance(&mapping(py)?)? {
-                    self.shape.get(py, &self.core)?.as_any().eq(other)?
+                    self.shape.get(py, &*self.core.get())?.as_any().eq(other)?
                 } else {
                     return Ok(py.NotImplemented());
                 };
@@ -115,7 +145,7 @@ macro_rules! mapping_methods {
             }
 
             fn __repr__(&self) -> String {
-                format!("{}({})", stringify!($ty), text_of(&self.core))
+                format!("{}({})", stringify!($ty), text_of(&*self.core.get()))
             }
         }
     };
@@ -130,13 +160,19 @@ fn mapping(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
 /// request's JSON shape (an immutable mapping: `request["op"]`, `to_dict()`, `to_json()`).
 #[pyclass(module = "heart_fleet", frozen, mapping)]
 pub struct StoreRequest {
-    pub(crate) core: CoreRequest,
+    pub(crate) core: Held<CoreRequest>,
     shape: Shape,
 }
 
 impl StoreRequest {
     pub(crate) fn from_core(core: CoreRequest) -> StoreRequest {
-        StoreRequest { core, shape: Shape::new() }
+        StoreRequest { core: Held::new(core), shape: Shape::new() }
+    }
+
+    /// The request, taken out when `request` is referred to by its holder alone (see
+    /// [`Held`]).
+    pub(crate) fn take_unshared(request: &Bound<'_, StoreRequest>) -> Option<CoreRequest> {
+        unshared(request).then(|| std::mem::replace(&mut *request.get().core.get(), CoreRequest::Now))
     }
 }
 
@@ -144,7 +180,7 @@ mapping_methods!(StoreRequest
     /// The request's kind (`"update_run"`, `"find_runs"`, ...).
     #[getter]
     fn op(&self) -> &'static str {
-        op_name(&self.core)
+        op_name(&self.core.get())
     }
 );
 
@@ -153,13 +189,25 @@ mapping_methods!(StoreRequest
 /// answer's JSON shape (an immutable mapping: `answer["reply"]`, `to_dict()`, `to_json()`).
 #[pyclass(module = "heart_fleet", frozen, mapping)]
 pub struct StoreAnswer {
-    pub(crate) core: CoreAnswer,
+    pub(crate) core: Held<CoreAnswer>,
     shape: Shape,
 }
 
 impl StoreAnswer {
     pub(crate) fn from_core(core: CoreAnswer) -> StoreAnswer {
-        StoreAnswer { core, shape: Shape::new() }
+        StoreAnswer { core: Held::new(core), shape: Shape::new() }
+    }
+
+    /// The answer: moved out when `answer` is referred to by its holder alone (see
+    /// [`Held`]), else a copy.
+    pub(crate) fn take_or_copy(answer: &Bound<'_, StoreAnswer>) -> CoreAnswer {
+        let mut held = answer.get().core.get();
+        if unshared(answer) {
+            let reply = std::mem::replace(&mut held.reply, CoreReply::Now);
+            CoreAnswer { now: held.now, reply }
+        } else {
+            held.clone()
+        }
     }
 }
 

@@ -422,6 +422,52 @@ def test_the_memory_stores_typed_answer_equals_its_json_answer() -> None:
     assert snapshot(replay) == snapshot(typed) == snapshot(by_dict)
 
 
+class KeepingEverything:
+    """A store object that keeps every request it is handed and every answer it gives."""
+
+    def __init__(self, memory: hf.MemoryLeaseStore) -> None:
+        self.memory = memory
+        self.kept: list[tuple[hf.StoreRequest, str, hf.StoreAnswer, str]] = []
+
+    def answer(self, request: hf.StoreRequest) -> hf.StoreAnswer:
+        answer = self.memory.execute(request)
+        self.kept.append((request, request.to_json(), answer, answer.to_json()))
+        return answer
+
+
+def test_what_a_store_keeps_of_its_requests_and_answers_reads_as_it_did(memory: hf.MemoryLeaseStore) -> None:
+    # An operation takes its request back, and moves an answer's rows into itself instead of
+    # copying them, only when the store kept no reference to them.
+    class Blocking(KeepingEverything):
+        def execute(self, request: hf.StoreRequest) -> hf.StoreAnswer:
+            return self.answer(request)
+
+    class Asyncio(KeepingEverything):
+        async def execute(self, request: hf.StoreRequest) -> hf.StoreAnswer:
+            return self.answer(request)
+
+    blocking, asyncio_store = Blocking(memory), Asyncio(memory)
+    heart, aheart = hf.HeartFleet(blocking), hf.HeartFleet(asyncio_store)
+    run = heart.ensure_resource_run("keeping", "cycle").run
+
+    async def cycles() -> None:
+        for _ in range(3):
+            a = await aheart.acquire_async(run.id, "w", 60)
+            assert a.fence is not None and await aheart.verify_fence_async(a.fence)
+            assert await aheart.release_async(a.fence, "ready") is not None
+
+    for _ in range(3):
+        a = heart.acquire(run.id, "w", 60)
+        assert a.fence is not None and heart.verify_fence(a.fence)
+        assert heart.release(a.fence, "ready") is not None
+    asyncio.run(cycles())
+    for store in (blocking, asyncio_store):
+        assert len(store.kept) >= 9
+        for request, request_text, answer, answer_text in store.kept:
+            assert request.to_json() == request_text and answer.to_json() == answer_text
+            assert answer["reply"]["kind"] != "now" and request.op != "now"
+
+
 def test_a_store_may_answer_a_store_request_in_the_json_shape(memory: hf.MemoryLeaseStore) -> None:
     store = Recording(memory, as_dict=True)
     heart = hf.HeartFleet(store)

@@ -384,6 +384,19 @@ impl<T: 'static> Machine<T> {
         Machine::new(move |_| async move { result })
     }
 
+    /// A lease operation's request slot, for a host that hands requests out and back
+    /// (`bridge::BridgeOp::give_back_request`): the operation (whose kind names its spare)
+    /// and the slot, which holds the request it will start from or refit (before it
+    /// started), the request handed back (while it waits), or its last request once done.
+    /// `None` for any other machine. Not in WebAssembly, where no host hands requests back.
+    #[cfg(not(target_family = "wasm"))]
+    pub(crate) fn lease_slot(&mut self) -> Option<(&LeaseOp<'static>, &mut StoreRequest)> {
+        match &mut self.body {
+            Body::Lease(lease) => Some((&lease.op, &mut lease.request)),
+            Body::Async { .. } => None,
+        }
+    }
+
     /// Wraps a lease operation and its step.
     pub(crate) fn lease(op: LeaseOp<'static>, step: Advance<T>) -> Machine<T> {
         let lease = Lease { op, step, request: StoreRequest::Now, phase: Phase::NotStarted, events: Vec::new() };

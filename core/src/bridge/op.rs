@@ -62,6 +62,13 @@ trait DynOp {
     /// The result kept for a compact answer (see `Typed::compact`), with `receipts`: the
     /// compact text, or the JSON when it has no compact form. `None` when nothing was kept.
     fn finish(&mut self, receipts: &[HeartReceipt]) -> Option<String>;
+    /// The lease machine's request slot ([`Machine::lease_slot`]), for a [`Keeping`]
+    /// operation: its requests are handed back by a typed host and kept as spares (not in
+    /// WebAssembly, see [`Running::keep_spare`]).
+    #[cfg(not(target_family = "wasm"))]
+    fn lease_slot(&mut self) -> Option<(&ops::lease::LeaseOp<'static>, &mut StoreRequest)> {
+        None
+    }
     /// The result kept as the core's value (a [`Keeping`] operation in the [`AsValue`] form), once it is done.
     fn take_kept(&mut self) -> Option<KeptResult> {
         None
@@ -191,6 +198,10 @@ impl<T: 'static, F: KeptForm<T>> DynOp for Keeping<T, F> {
     fn take_kept(&mut self) -> Option<KeptResult> {
         self.form.take(&mut self.kept)
     }
+    #[cfg(not(target_family = "wasm"))]
+    fn lease_slot(&mut self) -> Option<(&ops::lease::LeaseOp<'static>, &mut StoreRequest)> {
+        self.machine.lease_slot()
+    }
 }
 
 fn to_json<T: serde::Serialize>(v: T) -> String {
@@ -306,6 +317,19 @@ struct Running {
 }
 
 impl Running {
+    /// A finished operation's last request, handed back by a typed host
+    /// ([`BridgeOp::give_back_request`]), becomes the spare the next operation of its kind
+    /// refits. Not in WebAssembly, where no host hands requests back (and the edge build's
+    /// size ceiling counts every byte).
+    #[cfg(not(target_family = "wasm"))]
+    fn keep_spare(&mut self) {
+        if let (Some((lease, slot)), Ok(mut shared)) = (self.op.lease_slot(), self.shared.lock())
+            && !matches!(slot, StoreRequest::Now)
+        {
+            *shared.recorder.spares.slot(lease) = Some(Box::new(std::mem::replace(slot, StoreRequest::Now)));
+        }
+    }
+
     /// Resumes the machine with a store's answer; a failure the core found (not the store)
     /// keeps its code when it ends the operation.
     fn answer(&mut self, answer: Result<StoreAnswer, HeartError>) -> Step<String> {
@@ -465,11 +489,26 @@ impl BridgeFleet {
     pub fn start_kept(&self, call: Call) -> BridgeOp {
         let config = self.shared.lock().map(|s| s.config).unwrap_or_default();
         let op = build_kept(call, config);
+        #[cfg(not(target_family = "wasm"))]
+        let op = self.lend_spare(op);
         let mut running = Running { op, shared: self.shared.clone(), memory: self.memory.clone(), reference: None };
         let first = running.op.start();
         let mut started = BridgeOp::waiting(running, String::new(), None);
         started.advance(first);
         started
+    }
+
+    /// `op` with the request of the last operation of its kind handed back by the host
+    /// ([`BridgeOp::give_back_request`]) in its slot, to refit instead of building its first
+    /// request anew (`ops::lease::Spares`).
+    #[cfg(not(target_family = "wasm"))]
+    fn lend_spare(&self, mut op: Box<dyn DynOp + Send>) -> Box<dyn DynOp + Send> {
+        if let (Some((lease, slot)), Ok(mut shared)) = (op.lease_slot(), self.shared.lock())
+            && let Some(spare) = shared.recorder.spares.slot(lease).take()
+        {
+            *slot = *spare;
+        }
+        op
     }
 
     /// With a sink: the receipts are no longer written into the steps' JSON; the host takes
@@ -589,6 +628,20 @@ impl BridgeOp {
         self.request.take().map(|request| *request)
     }
 
+    /// Gives back a request [`BridgeOp::take_store_request`] handed out, once its store
+    /// answered and nothing else holds it (call it before resuming): an operation of
+    /// [`BridgeFleet::start_kept`] keeps its last one for the next operation of its kind to
+    /// refit, as the core's own stores' operations do, instead of building that one anew.
+    /// Anything else drops it. Not in WebAssembly (see [`Running::keep_spare`]).
+    #[cfg(not(target_family = "wasm"))]
+    pub fn give_back_request(&mut self, request: StoreRequest) {
+        if let Some((_, slot)) = self.running.as_mut().and_then(|r| r.op.lease_slot())
+            && matches!(slot, StoreRequest::Now)
+        {
+            *slot = request;
+        }
+    }
+
     fn resume(&mut self, answer: Result<Answer, HeartError>) -> String {
         let Some(running) = self.running.as_mut() else {
             return finished();
@@ -610,6 +663,8 @@ impl BridgeOp {
         self.request = match left {
             Left::Waiting(request) => request,
             Left::Done(failure) => {
+                #[cfg(not(target_family = "wasm"))]
+                running.keep_spare();
                 self.kept = running.op.take_kept().map(Box::new);
                 self.failure = failure.map(Box::new);
                 self.running = None;
@@ -1138,6 +1193,66 @@ mod tests {
         assert!(op.is_done(), "a bad ttl answers at once");
         assert!(matches!(op.take_result(), Some(KeptResult::Acquired(ops::AcquireResult { acquired: false, .. }))));
         assert_eq!(op.take_result(), None);
+    }
+
+    #[test]
+    fn a_request_handed_back_is_refitted_by_the_next_operation_of_its_kind() {
+        // Two equal fleets on two equal stores, answered by a typed host: one hands each
+        // request back once answered, the other drops it. Every request (the refits
+        // included) and every result must be the same.
+        let hosted = |give_back: bool| {
+            let (fleet, store) = (BridgeFleet::new(Some(5), false), memory());
+            move |call: Call| {
+                let mut op = fleet.start_kept(call);
+                let mut requests = Vec::new();
+                while !op.is_done() {
+                    let request = op.take_store_request().unwrap();
+                    requests.push(super::super::to_text(&request));
+                    let answer = store.execute(&request).unwrap();
+                    if give_back {
+                        op.give_back_request(request);
+                    }
+                    op.resume_store_answer(answer);
+                }
+                let spares = fleet.shared.lock().unwrap().recorder.spares.held();
+                (requests, op.take_result(), spares)
+            }
+        };
+        let (back, dropped) = (hosted(true), hosted(false));
+        let Some(KeptResult::Acquired(first)) =
+            back(Call::Acquire { run_id: "r".into(), owner: "w".into(), ttl_seconds: 60 }).1
+        else {
+            panic!("acquired");
+        };
+        dropped(Call::Acquire { run_id: "r".into(), owner: "w".into(), ttl_seconds: 60 });
+        let mut fence = first.fence.unwrap();
+        let mut held = 0;
+        for ttl_seconds in [30, 90, 45] {
+            let (a, b) = (
+                back(Call::Renew { fence: fence.clone(), ttl_seconds }),
+                dropped(Call::Renew { fence: fence.clone(), ttl_seconds }),
+            );
+            assert_eq!((&a.0, &a.1), (&b.0, &b.1), "a renew refitted from the last one handed back");
+            assert_eq!(b.2, 0, "nothing handed back, no spare");
+            held = a.2;
+            let Some(KeptResult::Renewed(ops::Fenced::Ok { value, .. })) = a.1 else { panic!("renewed: {:?}", a.1) };
+            fence = value;
+        }
+        assert_eq!(held, 2, "acquire's and renew's requests are kept as spares");
+        for call in [
+            Call::VerifyFence { fence: fence.clone() },
+            Call::Release { fence: fence.clone(), next_status: ops::ReleaseTo::parse("completed").unwrap() },
+        ] {
+            let (a, b) = (back(call.clone()), dropped(call));
+            assert_eq!((&a.0, &a.1), (&b.0, &b.1));
+        }
+        // A lost token's renew: a write that misses, then the read that explains it.
+        let (a, b) = (
+            back(Call::Renew { fence: fence.clone(), ttl_seconds: 60 }),
+            dropped(Call::Renew { fence, ttl_seconds: 60 }),
+        );
+        assert_eq!(a.0.len(), 2, "{:?}", a.0);
+        assert_eq!((&a.0, &a.1), (&b.0, &b.1));
     }
 
     #[test]

@@ -193,6 +193,12 @@ pub(crate) struct Spares {
 }
 
 impl Spares {
+    /// How many kinds hold a spare.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        [&self.acquire, &self.renew, &self.release, &self.verify].iter().filter(|s| s.is_some()).count()
+    }
+
     /// The spare for operations of `op`'s kind.
     pub(crate) fn slot(&mut self, op: &LeaseOp<'_>) -> &mut Option<Box<StoreRequest>> {
         match op {
