@@ -39,7 +39,7 @@ const contract = require('./contract.cjs');
 
 const { maxTtlSeconds: MAX_TTL_SECONDS, runStatuses: RUN_STATUSES, nextStatuses: NEXT_STATUSES } = contract;
 
-const INVALID_ACQUIRE = () => withExtras({ acquired: false, run: null, reason: 'Invalid input' }, { code: 'invalid-input' });
+const INVALID_ACQUIRE = () => withExtras({ acquired: false, run: null, reason: contract.invalidAcquireReason }, { code: 'invalid-input' });
 /** The reference's AcquireResult fields; `code` is ours (non-enumerable). */
 const ACQUIRE_FIELDS = ['acquired', 'run', 'fence', 'reason'];
 /** The reference's liveness summary fields; `quarantinedIds` is ours (non-enumerable). */

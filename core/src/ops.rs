@@ -34,6 +34,11 @@ pub use lease::{acquire, release, renew, verify_fence};
 
 /// The longest lease: one year, in seconds.
 pub const MAX_TTL_SECONDS: i64 = 31_536_000;
+
+/// `acquire`'s reason for bad input (an empty id or owner, a ttl outside
+/// `1..=MAX_TTL_SECONDS`; in the bindings also a value of the wrong type): the reference's
+/// text, in its result shape rather than an error.
+pub const INVALID_ACQUIRE_REASON: &str = "Invalid input";
 /// Default retry ceiling (quarantine when `retries + 1 > 5`).
 pub const DEFAULT_MAX_RETRIES: u32 = 5;
 /// Default TTL-sweep batch.

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _check, _driver, _native, _receipt_table, _sql_store
+from ._contract import CONTRACT
 from ._driver import Plan, twins
 from .errors import InvalidTypeError
 from .memory import MemoryLeaseStore
@@ -31,7 +32,7 @@ __all__ = ["HeartFleet", "ensure_resource_run", "ensure_resource_run_async", "ch
 #: core's default (``defaults.storeTimeoutMs`` of its contract).
 DEFAULT_STORE_TIMEOUT: float = _check.DEFAULT_STORE_TIMEOUT_MS / 1000
 
-_INVALID_ACQUIRE = AcquireResult(acquired=False, run=None, reason="Invalid input", code="invalid-input")
+_INVALID_ACQUIRE = AcquireResult(acquired=False, run=None, reason=CONTRACT["invalidAcquireReason"], code="invalid-input")
 
 
 def check_store(store: object) -> None:

@@ -128,7 +128,8 @@ pub fn instance_expired_ms(status: &str, last_heartbeat_ms: f64, now_ms: f64, tt
 
 /// The contract's constants, for hosts to take instead of copying (JSON): `errorCodes`,
 /// `runStatuses`, `nextStatuses` (what a release may leave a run in), `channels`,
-/// `heldStatuses` (the statuses of a held lease), `maxTtlSeconds`, `digestPrefix`,
+/// `heldStatuses` (the statuses of a held lease), `maxTtlSeconds`, `invalidAcquireReason`
+/// (acquire's reason for bad input, [`crate::ops::INVALID_ACQUIRE_REASON`]), `digestPrefix`,
 /// `receiptSchemaVersion`, `maxJsonDepth`, `maxEvidenceDepth`, `maxCasRetries`, `operations`
 /// (the names [`Call::parse`] takes), `leaseStoreMethods` (the TypeScript package's store
 /// contract), `defaults` (what an option left out becomes), `lostCodes` (the error code of
@@ -151,6 +152,7 @@ pub fn contract_json() -> String {
         "channels": crate::model::CHANNELS,
         "heldStatuses": crate::RunStatus::ALL.iter().filter(|s| s.is_held()).map(|s| s.as_str()).collect::<Vec<_>>(),
         "maxTtlSeconds": ops::MAX_TTL_SECONDS,
+        "invalidAcquireReason": ops::INVALID_ACQUIRE_REASON,
         "digestPrefix": crate::canonical::DIGEST_PREFIX,
         "receiptSchemaVersion": crate::receipt::SCHEMA_VERSION,
         "maxJsonDepth": crate::canonical::MAX_JSON_DEPTH,

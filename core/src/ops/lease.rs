@@ -242,7 +242,7 @@ pub fn acquire(cfg: FleetConfig, run_id: &str, owner: &str, ttl_seconds: i64) ->
     let valid = require("runId", run_id).and(require("owner", owner)).and(validate_ttl(ttl_seconds));
     let Ok(ttl_ms) = valid else {
         // Bad input keeps the reference's result shape (no error).
-        return Machine::done(Ok(AcquireResult::failed(None, "Invalid input", ErrorCode::InvalidInput)));
+        return Machine::done(Ok(AcquireResult::failed(None, super::INVALID_ACQUIRE_REASON, ErrorCode::InvalidInput)));
     };
     let op = Acquire { cfg, run_id: run_id.to_owned(), owner: owner.to_owned(), ttl_ms, step: AcquireStep::Write };
     Machine::lease(LeaseOp::Acquire(op), acquire_step)
