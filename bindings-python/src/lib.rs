@@ -43,7 +43,6 @@ use std::time::Instant;
 use heart_fleet_core::bridge::{self, TypedOutcome};
 use heart_fleet_core::{ErrorCode, HeartError};
 use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError};
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyInt, PyString, PyType};
@@ -625,18 +624,16 @@ impl NativeOp {
         Ok(locked(&self.inner)?.need().to_owned())
     }
 
-    /// [`NativeOp::drive_store`] with `store`'s own method (`execute` when `typed`, else
-    /// `execute_json`), then what [`NativeOp::finished`] gives: the blocking path of an
-    /// operation on a store object in one call.
+    /// [`NativeOp::drive_store`], then what [`NativeOp::finished`] gives: the blocking path
+    /// of an operation on a store object in one call.
     fn finish_store(
         &self,
         py: Python<'_>,
-        store: &Bound<'_, PyAny>,
+        method: &Bound<'_, PyAny>,
         settle: &Bound<'_, PyAny>,
         typed: bool,
     ) -> PyResult<Option<Py<PyAny>>> {
-        let method = store.getattr(if typed { intern!(py, "execute") } else { intern!(py, "execute_json") })?;
-        self.answer_store(py, &method, settle, typed)?;
+        self.answer_store(py, method, settle, typed)?;
         self.finished(py)
     }
 
@@ -673,10 +670,7 @@ impl NativeOp {
                     Ok(Sent::Yielded(signal)) => {
                         return Ok(Some((v.unbind(), signal.unbind(), called.elapsed().as_secs_f64())));
                     }
-                    Ok(Sent::Returned(answer)) => {
-                        drop(v); // the finished coroutine's reference to the request
-                        Ok(answer)
-                    }
+                    Ok(Sent::Returned(answer)) => Ok(answer),
                     Err(e) => Err(e),
                 },
                 Ok(v)

@@ -42,7 +42,7 @@ impl Shape {
 
 /// The core's value a [`StoreRequest`] or [`StoreAnswer`] holds. Behind a lock only so that
 /// whoever holds the last reference to the Python object may take the value out
-/// ([`StoreRequest::take_unshared`], [`StoreAnswer::take_unshared`]): a request handed back
+/// ([`StoreRequest::take_unshared`], [`StoreAnswer::take_or_copy`]): a request handed back
 /// to its operation, an answer's rows moved into it instead of copied. Nothing changes it
 /// while the object can still be read.
 pub(crate) struct Held<T>(Mutex<T>);

@@ -471,14 +471,17 @@ def drive_sync(fleet: Fleetlike, kind: str, args_text: str, host: Host | None = 
     return run_sync(steps(fleet, first, host, held, counted))
 
 
+def _store_method(fleet: Fleetlike) -> Callable[[Any], Any]:
+    """The store's method the native operation calls: ``execute``, handed a
+    :class:`StoreRequest`, or, for a store that has only ``execute_json``, that, handed the
+    request's text."""
+    return fleet._store.execute_json if fleet._text_store else fleet._store.execute  # type: ignore[no-any-return]
+
+
 def _drive_store(fleet: Fleetlike, op: Any) -> None:
-    """Answers a blocking operation's store requests inside Rust while it needs only the store
-    (``execute`` is handed a :class:`StoreRequest`, ``execute_json`` its text); :func:`steps`
-    takes over from the step that leaves."""
-    if fleet._text_store:
-        op.drive_store(fleet._store.execute_json, _settle, False)
-    else:
-        op.drive_store(fleet._store.execute, _settle, True)
+    """Answers a blocking operation's store requests inside Rust while it needs only the store;
+    :func:`steps` takes over from the step that leaves."""
+    op.drive_store(_store_method(fleet), _settle, not fleet._text_store)
 
 
 async def drive_async(fleet: Fleetlike, kind: str, args_text: str, host: Host | None = None) -> dict[str, Any]:
@@ -494,9 +497,8 @@ def finish_sync(fleet: Fleetlike, op: Any) -> Any:
     """Drives an operation the native fleet started with its result kept (``start_acquire``
     and its siblings, on a store object whose receipts are not held) with blocking calls:
     its value, built in Rust, or its coded error raised."""
-    if getattr(fleet, "_async_store", False):
-        _blocking(fleet)
-    result = op.finish_store(fleet._store, _settle, not fleet._text_store)
+    _blocking(fleet)
+    result = op.finish_store(_store_method(fleet), _settle, not fleet._text_store)
     if result is None:  # it needs more than the store
         ok_of(run_sync(steps(fleet, op, None)))
         result = op.result()
@@ -509,8 +511,8 @@ async def finish_async(fleet: Fleetlike, op: Any) -> Any:
     is awaited here within its deadline, counted from the call, as :func:`run_async` awaits
     it (a store's ``CancelledAfterCommit`` included); a need other than the store goes
     through :func:`steps`."""
-    store, text = fleet._store, fleet._text_store
-    method = store.execute_json if text else store.execute
+    text = fleet._text_store
+    method = _store_method(fleet)
     timeout = getattr(fleet, "_store_timeout", None)
     while True:
         try:
