@@ -80,6 +80,26 @@ pub struct NativeFleet {
     inner: Mutex<bridge::BridgeFleet>,
     /// The fleet's receipt sink and the package's scheduler of what a sink returns.
     sink: std::sync::OnceLock<(Py<PyAny>, Py<PyAny>)>,
+    /// The store object the lease cycle's operations are driven through, when bound.
+    store: std::sync::OnceLock<BoundStore>,
+}
+
+/// A store object as [`NativeOp::drive_store`] and [`NativeOp::drive_store_async`] call it:
+/// its method (`execute`, or `execute_json`), the package's `settle` for each (the blocking
+/// one only for a blocking store), and whether the method takes a `StoreRequest` (else the
+/// request's text).
+struct BoundStore {
+    method: Py<PyAny>,
+    settle: Option<Py<PyAny>>,
+    settle_awaited: Py<PyAny>,
+    typed: bool,
+}
+
+impl BoundStore {
+    /// The store and its `settle`, for the blocking API (a blocking store's).
+    fn blocking<'a, 'py>(&'a self, py: Python<'py>) -> Option<(&'a Bound<'py, PyAny>, &'a Bound<'py, PyAny>)> {
+        Some((self.method.bind(py), self.settle.as_ref()?.bind(py)))
+    }
 }
 
 #[pymethods]
@@ -89,7 +109,11 @@ impl NativeFleet {
     #[new]
     #[pyo3(signature = (max_retries, sink))]
     fn new(max_retries: Option<u32>, sink: bool) -> NativeFleet {
-        NativeFleet { inner: Mutex::new(bridge::BridgeFleet::new(max_retries, sink)), sink: std::sync::OnceLock::new() }
+        NativeFleet {
+            inner: Mutex::new(bridge::BridgeFleet::new(max_retries, sink)),
+            sink: std::sync::OnceLock::new(),
+            store: std::sync::OnceLock::new(),
+        }
     }
 
     /// Where every operation's receipts go, as records built here (see [`deliver_receipts`]):
@@ -108,6 +132,24 @@ impl NativeFleet {
         Ok(())
     }
 
+    /// The store object whose requests the lease cycle's operations are answered with inside
+    /// Rust, for a fleet whose receipts are not held: `method` as `drive_store` takes it with
+    /// `settle` (`None` for an asyncio store) when `acquire`, `renew`, `release` and
+    /// `verify_fence` are called (the blocking API), and as `drive_store_async` takes it with
+    /// `settle_awaited` when their `start_` twins are (the asyncio API). Set once.
+    #[pyo3(signature = (method, settle, settle_awaited, typed))]
+    fn bind_store(
+        &self,
+        method: Py<PyAny>,
+        settle: Option<Py<PyAny>>,
+        settle_awaited: Py<PyAny>,
+        typed: bool,
+    ) -> PyResult<()> {
+        self.store
+            .set(BoundStore { method, settle, settle_awaited, typed })
+            .map_err(|_| coded(ErrorCode::InvalidState, "the fleet's store is already bound"))
+    }
+
     /// Builds operation `kind` from `args` (JSON) and starts it: the final step (JSON text)
     /// when it finished inside Rust, else the [`NativeOp`] to resume.
     fn begin(&self, py: Python<'_>, kind: &str, args: &str) -> PyResult<Py<PyAny>> {
@@ -119,63 +161,77 @@ impl NativeFleet {
         hand_over(py, &fleet, sink.as_ref())?;
         match begun {
             bridge::Begun::Done(text) => Ok(text.into_pyobject(py)?.into_any().unbind()),
-            bridge::Begun::Pending(op) => Ok(Py::new(py, NativeOp { inner: Mutex::new(op), fleet, sink })?.into_any()),
+            bridge::Begun::Pending(op) => Ok(Py::new(py, NativeOp::new(op, fleet, sink))?.into_any()),
         }
     }
 
-    /// `acquire` on the attached memory store with plain arguments (two `str`s without a lone
-    /// surrogate, an `int` that fits 64 bits): the `AcquireResult`, after handing its receipts
-    /// to the fleet's sink (`set_sink`). `None` without a memory store or for any other argument: the package's checked path
-    /// (`begin`) then answers, so what bad input gives is decided in one place.
+    /// `acquire` with plain arguments (two `str`s without a lone surrogate, an `int` that
+    /// fits 64 bits) on the attached memory store, or through the bound store when it is a
+    /// blocking one (`bind_store`): the `AcquireResult`, after handing its receipts to the
+    /// fleet's sink (`set_sink`). `None` without either store or for any other argument: the
+    /// package's checked path (`begin`) then answers, so what bad input gives is decided in
+    /// one place. Through the store, an operation that needs more than the store is
+    /// given as the `NativeOp` to drive on (none of these four does).
     fn acquire(
         &self,
         py: Python<'_>,
         run_id: &Bound<'_, PyAny>,
         owner: &Bound<'_, PyAny>,
         ttl_seconds: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<AcquireResult>> {
+    ) -> PyResult<Option<Py<PyAny>>> {
         let (Some(run_id), Some(owner), Some(ttl)) = (plain_text(run_id), plain_text(owner), plain_int(ttl_seconds))
         else {
             return Ok(None);
         };
+        if let Some(store) = self.store.get().and_then(|s| s.blocking(py)) {
+            let call = bridge::Call::Acquire { run_id: run_id.to_owned(), owner: owner.to_owned(), ttl_seconds: ttl };
+            return self.through(py, store, call);
+        }
         let outcome = locked(&self.inner)?.acquire_typed(run_id, owner, ttl);
-        typed(py, outcome, self.sink.get(), |r| AcquireResult::from_core(py, r))
+        typed(py, outcome, self.sink.get(), |r| record(py, AcquireResult::from_core(py, r)?))
     }
 
-    /// `try_renew` on the attached memory store: the `FencedOutcome`, or `None` as
-    /// for [`NativeFleet::acquire`] (a fence that is not a plain `FencingToken` included).
+    /// `try_renew` as [`NativeFleet::acquire`] runs `acquire`: the `FencedOutcome`, or
+    /// `None` as for `acquire` (a fence that is not a plain `FencingToken` included).
     fn renew(
         &self,
         py: Python<'_>,
         fence: &Bound<'_, PyAny>,
         ttl_seconds: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<FencedOutcome>> {
+    ) -> PyResult<Option<Py<PyAny>>> {
         let (Some(fence), Some(ttl)) = (plain_token(fence), plain_int(ttl_seconds)) else { return Ok(None) };
         if !(1..=heart_fleet_core::ops::MAX_TTL_SECONDS).contains(&ttl) {
             return Ok(None); // the checked path names the package's argument
         }
+        if let Some(store) = self.store.get().and_then(|s| s.blocking(py)) {
+            return self.through(py, store, bridge::Call::Renew { fence: fence.into_owned(), ttl_seconds: ttl });
+        }
         let outcome = locked(&self.inner)?.renew_typed(&fence, ttl);
-        typed(py, outcome, self.sink.get(), |f| FencedOutcome::from_core(py, FencedCore::Token(f)))
+        typed(py, outcome, self.sink.get(), |f| record(py, FencedOutcome::from_core(py, FencedCore::Token(f))?))
     }
 
-    /// `try_release` on the attached memory store: the `FencedOutcome`, or `None` as
-    /// for [`NativeFleet::renew`] (a next status that is not one of the four included).
+    /// `try_release` as [`NativeFleet::acquire`] runs `acquire`: the `FencedOutcome`, or
+    /// `None` as for [`NativeFleet::renew`] (a next status that is not one of the four
+    /// included).
     fn release(
         &self,
         py: Python<'_>,
         fence: &Bound<'_, PyAny>,
         next_status: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<FencedOutcome>> {
+    ) -> PyResult<Option<Py<PyAny>>> {
         let (Some(fence), Some(to)) = (plain_token(fence), plain_text(next_status)) else { return Ok(None) };
-        if heart_fleet_core::ops::ReleaseTo::parse(to).is_err() {
-            return Ok(None);
+        let Ok(next_status) = heart_fleet_core::ops::ReleaseTo::parse(to) else { return Ok(None) };
+        if let Some(store) = self.store.get().and_then(|s| s.blocking(py)) {
+            return self.through(py, store, bridge::Call::Release { fence: fence.into_owned(), next_status });
         }
         let outcome = locked(&self.inner)?.release_typed(&fence, to);
-        typed(py, outcome, self.sink.get(), |f| FencedOutcome::from_core(py, FencedCore::Row(f)))
+        typed(py, outcome, self.sink.get(), |f| record(py, FencedOutcome::from_core(py, FencedCore::Row(f))?))
     }
 
-    /// `acquire` started on any store with plain arguments (as for [`NativeFleet::acquire`]):
-    /// the operation to drive, whose [`NativeOp::result`] is the `AcquireResult`; `None` for
+    /// `acquire` started for the asyncio API with plain arguments (as for
+    /// [`NativeFleet::acquire`]) and driven through the bound store while it answers without
+    /// suspending ([`NativeFleet::start_driven`]): the `AcquireResult` once done, else the
+    /// operation to drive on, whose [`NativeOp::result`] is the `AcquireResult`; `None` for
     /// any other argument (the package's checked path answers).
     fn start_acquire(
         &self,
@@ -183,56 +239,63 @@ impl NativeFleet {
         run_id: &Bound<'_, PyAny>,
         owner: &Bound<'_, PyAny>,
         ttl_seconds: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<NativeOp>> {
+    ) -> PyResult<Option<Py<PyAny>>> {
         let (Some(run_id), Some(owner), Some(ttl_seconds)) =
             (plain_text(run_id), plain_text(owner), plain_int(ttl_seconds))
         else {
             return Ok(None);
         };
-        self.start(py, bridge::Call::Acquire { run_id: run_id.to_owned(), owner: owner.to_owned(), ttl_seconds })
+        self.start_driven(py, bridge::Call::Acquire { run_id: run_id.to_owned(), owner: owner.to_owned(), ttl_seconds })
+            .map(Some)
     }
 
-    /// `try_renew` started on any store: the operation whose result is the `FencedOutcome`,
-    /// or `None` as for [`NativeFleet::renew`].
+    /// `try_renew` started as [`NativeFleet::start_acquire`] starts `acquire`: the
+    /// `FencedOutcome`, or the operation whose result it is, or `None` as for
+    /// [`NativeFleet::renew`].
     fn start_renew(
         &self,
         py: Python<'_>,
         fence: &Bound<'_, PyAny>,
         ttl_seconds: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<NativeOp>> {
+    ) -> PyResult<Option<Py<PyAny>>> {
         let (Some(fence), Some(ttl_seconds)) = (plain_token(fence), plain_int(ttl_seconds)) else { return Ok(None) };
         if !(1..=heart_fleet_core::ops::MAX_TTL_SECONDS).contains(&ttl_seconds) {
             return Ok(None); // the checked path names the package's argument
         }
-        self.start(py, bridge::Call::Renew { fence: fence.into_owned(), ttl_seconds })
+        self.start_driven(py, bridge::Call::Renew { fence: fence.into_owned(), ttl_seconds }).map(Some)
     }
 
-    /// `try_release` started on any store: the operation whose result is the
-    /// `FencedOutcome`, or `None` as for [`NativeFleet::release`].
+    /// `try_release` started as [`NativeFleet::start_acquire`] starts `acquire`: the
+    /// `FencedOutcome`, or the operation whose result it is, or `None` as for
+    /// [`NativeFleet::release`].
     fn start_release(
         &self,
         py: Python<'_>,
         fence: &Bound<'_, PyAny>,
         next_status: &Bound<'_, PyAny>,
-    ) -> PyResult<Option<NativeOp>> {
+    ) -> PyResult<Option<Py<PyAny>>> {
         let (Some(fence), Some(to)) = (plain_token(fence), plain_text(next_status)) else { return Ok(None) };
         let Ok(next_status) = heart_fleet_core::ops::ReleaseTo::parse(to) else { return Ok(None) };
-        self.start(py, bridge::Call::Release { fence: fence.into_owned(), next_status })
+        self.start_driven(py, bridge::Call::Release { fence: fence.into_owned(), next_status }).map(Some)
     }
 
-    /// `verify_fence` started on any store: the operation whose result is whether the token
-    /// is live, or `None` as for [`NativeFleet::renew`].
-    fn start_verify_fence(&self, py: Python<'_>, fence: &Bound<'_, PyAny>) -> PyResult<Option<NativeOp>> {
-        let Some(fence) = plain_token(fence) else { return Ok(None) };
-        self.start(py, bridge::Call::VerifyFence { fence: fence.into_owned() })
-    }
-
-    /// `verify_fence` on the attached memory store: whether the token is live, or `None` as for
+    /// `verify_fence` started as [`NativeFleet::start_acquire`] starts `acquire`: whether
+    /// the token is live, or the operation whose result that is, or `None` as for
     /// [`NativeFleet::renew`].
-    fn verify_fence(&self, py: Python<'_>, fence: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
+    fn start_verify_fence(&self, py: Python<'_>, fence: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
         let Some(fence) = plain_token(fence) else { return Ok(None) };
+        self.start_driven(py, bridge::Call::VerifyFence { fence: fence.into_owned() }).map(Some)
+    }
+
+    /// `verify_fence` as [`NativeFleet::acquire`] runs `acquire`: whether the token is live,
+    /// or `None` as for [`NativeFleet::renew`].
+    fn verify_fence(&self, py: Python<'_>, fence: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
+        let Some(fence) = plain_token(fence) else { return Ok(None) };
+        if let Some(store) = self.store.get().and_then(|s| s.blocking(py)) {
+            return self.through(py, store, bridge::Call::VerifyFence { fence: fence.into_owned() });
+        }
         let outcome = locked(&self.inner)?.verify_fence_typed(&fence);
-        typed(py, outcome, self.sink.get(), Ok)
+        typed(py, outcome, self.sink.get(), |live| Ok(PyBool::new(py, live).to_owned().into_any().unbind()))
     }
 
     /// The 13 counters, in the reference's order.
@@ -289,15 +352,59 @@ impl NativeFleet {
 impl NativeFleet {
     /// Starts `call` with its result kept as the core's value, hands over the receipts that
     /// produced, and gives the operation to drive.
-    fn start(&self, py: Python<'_>, call: bridge::Call) -> PyResult<Option<NativeOp>> {
+    fn start(&self, py: Python<'_>, call: bridge::Call) -> PyResult<NativeOp> {
         let (op, fleet) = {
             let fleet = locked(&self.inner)?;
             (fleet.start_kept(call), fleet.clone())
         };
         let sink = self.sink.get().map(|(s, d)| (s.clone_ref(py), d.clone_ref(py)));
         hand_over(py, &fleet, sink.as_ref())?;
-        Ok(Some(NativeOp { inner: Mutex::new(op), fleet, sink }))
+        Ok(NativeOp::new(op, fleet, sink))
     }
+
+    /// Starts `call` and drives it through `store` as `NativeOp.finish_store` does: its
+    /// result (its error raised), or the operation when it needs more than the store. The
+    /// operation becomes a Python object only then.
+    fn through(
+        &self,
+        py: Python<'_>,
+        (method, settle): (&Bound<'_, PyAny>, &Bound<'_, PyAny>),
+        call: bridge::Call,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        let op = self.start(py, call)?;
+        let typed = self.store.get().is_some_and(|s| s.typed);
+        op.answer_store(py, method, settle, typed)?;
+        match op.finished(py)? {
+            Some(result) => Ok(Some(result)),
+            None => Ok(Some(Py::new(py, op)?.into_any())),
+        }
+    }
+
+    /// Starts `call` for the asyncio API and, with a store bound, answers its requests as
+    /// `drive_store_async` does while the store answers without suspending: the result once
+    /// done (its error raised), else the operation, which keeps the store call that
+    /// suspended, or what driving it raised, for the package's loop to take up
+    /// (`drive_store_async` gives it first).
+    fn start_driven(&self, py: Python<'_>, call: bridge::Call) -> PyResult<Py<PyAny>> {
+        let op = self.start(py, call)?;
+        if let Some(store) = self.store.get() {
+            match op.drive_store_async(py, store.method.bind(py), store.settle_awaited.bind(py), store.typed) {
+                Ok(None) => {
+                    if let Some(result) = op.finished(py)? {
+                        return Ok(result);
+                    }
+                }
+                Ok(Some(suspended)) => *locked(&op.left)? = Some(Ok(suspended)),
+                Err(e) => *locked(&op.left)? = Some(Err(e)),
+            }
+        }
+        Ok(Py::new(py, op)?.into_any())
+    }
+}
+
+/// A record as the Python object it becomes.
+fn record<T: pyo3::PyClass + Into<pyo3::PyClassInitializer<T>>>(py: Python<'_>, value: T) -> PyResult<Py<PyAny>> {
+    Ok(Py::new(py, value)?.into_any())
 }
 
 /// A `str` without a lone surrogate, as the core takes it.
@@ -381,9 +488,16 @@ pub struct NativeOp {
     /// The fleet that began it, whose receipts each resume hands to `sink`.
     fleet: bridge::BridgeFleet,
     sink: Option<(Py<PyAny>, Py<PyAny>)>,
+    /// What driving it when it started left for the package's loop: the store call that
+    /// suspended, or what it raised (see [`NativeFleet::start_driven`]).
+    left: Mutex<Option<PyResult<Suspended>>>,
 }
 
 impl NativeOp {
+    fn new(op: bridge::BridgeOp, fleet: bridge::BridgeFleet, sink: Option<(Py<PyAny>, Py<PyAny>)>) -> NativeOp {
+        NativeOp { inner: Mutex::new(op), fleet, sink, left: Mutex::new(None) }
+    }
+
     /// Resumes the operation with `answer`, then hands over the receipts that produced.
     fn resume(&self, py: Python<'_>, answer: impl FnOnce(&mut bridge::BridgeOp) -> String) -> PyResult<String> {
         let step = answer(&mut *locked(&self.inner)?);
@@ -653,7 +767,8 @@ impl NativeOp {
     /// (which gave `signal`) or another awaitable (`signal` None), and the seconds since the
     /// store was called (its deadline counts from the call). The caller awaits it and resumes
     /// the operation. `None` once the operation needs something other than the store. What
-    /// `settle` gets and what propagates are as for `drive_store`.
+    /// `settle` gets and what propagates are as for `drive_store`. An operation its
+    /// `start_` method left suspended, or whose driving raised, gives that first.
     fn drive_store_async(
         &self,
         py: Python<'_>,
@@ -661,6 +776,9 @@ impl NativeOp {
         settle: &Bound<'_, PyAny>,
         typed: bool,
     ) -> PyResult<Option<Suspended>> {
+        if let Some(left) = locked(&self.left)?.take() {
+            return left.map(Some);
+        }
         let coroutine = COROUTINE_TYPE.import(py, "types", "CoroutineType")?;
         loop {
             let Some(request) = self.next_request(py, typed)? else { return Ok(None) };

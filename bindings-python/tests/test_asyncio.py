@@ -240,6 +240,51 @@ def test_a_write_committed_as_store_timeout_cancels_it_is_recorded() -> None:
     assert heart.metrics.acquire_wins == 1
 
 
+@pytest.mark.parametrize("contract", ["execute", "execute_json"])
+def test_a_write_committed_by_a_store_cancelled_before_it_suspends_is_recorded(contract: str) -> None:
+    """The operation is started and driven inside Rust while its store answers without
+    suspending; a store whose coroutine raises at its first step (here, cancelled with its
+    write committed) still reaches the package's loop, which records the write."""
+
+    class CommitsAtOnce:
+        def __init__(self) -> None:
+            self.memory = hf.MemoryLeaseStore(T0)
+            self.memory.insert({"id": "r1"})
+            self.cancelled = 0
+
+    class Typed(CommitsAtOnce):
+        async def execute(self, request: hf.StoreRequest) -> hf.StoreAnswer:
+            self.cancelled += 1
+            raise CancelledAfterCommit(self.memory.execute(request))
+
+    class Text(CommitsAtOnce):
+        async def execute_json(self, text: str) -> str:
+            self.cancelled += 1
+            raise CancelledAfterCommit(self.memory.execute_json(text))
+
+    store = Typed() if contract == "execute" else Text()
+    heart = hf.HeartFleet(store, store_timeout=5)
+    a = asyncio.run(asyncio.wait_for(heart.acquire_async("r1", "w", 60), 2))
+    assert store.cancelled == 1 and a.acquired and a.fence is not None, a
+    assert store.memory.get_run("r1").lease_owner == "w" and heart.metrics.acquire_wins == 1
+
+
+def test_a_store_that_interrupts_before_it_suspends_propagates_and_writes_nothing() -> None:
+    class Interrupts:
+        def __init__(self) -> None:
+            self.memory = hf.MemoryLeaseStore(T0)
+            self.memory.insert({"id": "r1"})
+
+        async def execute(self, request: hf.StoreRequest) -> hf.StoreAnswer:
+            raise KeyboardInterrupt
+
+    store = Interrupts()
+    heart = hf.HeartFleet(store)
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(heart.acquire_async("r1", "w", 60))
+    assert store.memory.get_run("r1").lease_owner is None and heart.metrics.acquire_wins == 0
+
+
 def test_a_committed_write_the_timeout_reports_as_timeout_error_is_recorded() -> None:
     """From Python 3.13 asyncio.timeout turns a CancelledError subclass raised at the deadline
     into TimeoutError (the subclass its cause): the committed write is still recorded. Here

@@ -28,7 +28,7 @@ from collections.abc import Callable, Coroutine, Generator
 from types import CoroutineType
 from typing import Any, Concatenate, NamedTuple, ParamSpec, Protocol, TypeVar, overload
 
-from . import _check
+from . import _check, _native
 from ._native import StoreAnswer, StoreRequest
 from .errors import InvalidTypeError, StoreUnavailableError, error_for_code
 
@@ -494,9 +494,10 @@ async def drive_async(fleet: Fleetlike, kind: str, args_text: str, host: Host | 
 
 
 def finish_sync(fleet: Fleetlike, op: Any) -> Any:
-    """Drives an operation the native fleet started with its result kept (``start_acquire``
-    and its siblings, on a store object whose receipts are not held) with blocking calls:
-    its value, built in Rust, or its coded error raised."""
+    """Drives an operation the native fleet started with its result kept (``acquire`` and
+    its siblings, on a store object whose receipts are not held) and gave back unfinished,
+    with blocking calls: its value, built in Rust, or its coded error raised. (An asyncio
+    store's operation never gets here: it is refused.)"""
     _blocking(fleet)
     result = op.finish_store(_store_method(fleet), _settle, not fleet._text_store)
     if result is None:  # it needs more than the store
@@ -506,8 +507,10 @@ def finish_sync(fleet: Fleetlike, op: Any) -> Any:
 
 
 async def finish_async(fleet: Fleetlike, op: Any) -> Any:
-    """:func:`finish_sync`, awaiting the store. Its requests are answered inside Rust while
-    the store answers without suspending (``NativeOp.drive_store_async``); one that suspends
+    """:func:`finish_sync`, awaiting the store, for an operation a ``start_`` method gave back
+    (its store call suspended, it raised, or it needs more than the store). Its requests
+    are answered inside Rust while the store answers without suspending
+    (``NativeOp.drive_store_async``, which first gives what the start left); one that suspends
     is awaited here within its deadline, counted from the call, as :func:`run_async` awaits
     it (a store's ``CancelledAfterCommit`` included); a need other than the store goes
     through :func:`steps`."""
@@ -630,10 +633,13 @@ def twins(
     out = "_then(_r)" if then else "_r"
     body = bound.prologue
     if fast is not None:
-        # On the memory store, the native method answers; on a store object, its start_
-        # twin starts the operation, driven here and answered as the core's value.
-        body += f"    if {this}._memory:\n        _r = {this}._native.{fast}({args})\n        if _r is not None:\n            return {out}\n"
-        body += f"    elif {this}._kept:\n        _o = {this}._native.start_{fast}({args})\n        if _o is not None:\n            _r = {{finish}}\n            return {out}\n"
+        # The native method answers inside Rust: the blocking API's on the memory store or a
+        # blocking store object (the fleet is _direct), the asyncio API's on the memory store;
+        # the asyncio API's start_ twin on a store object whose receipts are not held
+        # (_kept), driven through it while it answers without suspending. What is left (a
+        # store call that suspended, a need other than the store) is finished here.
+        body += "    _r = {dispatch}\n    if _r is not None:\n"
+        body += f"        if _type(_r) is _NativeOp:\n            _o = _r\n            _r = {{finish}}\n        return {out}\n"
 
     def planned(run: str) -> str:
         """The rest of the body: the op's answer, its plan run by ``run`` (an expression)."""
@@ -644,19 +650,23 @@ def twins(
     if isinstance(returns, str):
         returns = returns.replace(" | Plan", "")
     made = []
-    for called, define, run, finish, text in (
-        (name, "def", f"{this}._run(_r)", f"_finish({this}, _o)", doc or op.__doc__),
+    native = f"{this}._native.{fast}({args})"
+    direct = f"{native} if {this}._direct else None"
+    memory_or_kept = f"{native} if {this}._memory else {this}._native.start_{fast}({args}) if {this}._kept else None"
+    for called, define, run, finish, dispatch, text in (
+        (name, "def", f"{this}._run(_r)", f"_finish({this}, _o)", direct, doc or op.__doc__),
         (
             f"{name}_async",
             "async def",
             f"await {this}._run_async(_r)",
             f"await _finish_async({this}, _o)",
+            memory_or_kept,
             f":meth:`{name}`, awaiting the store.",
         ),
     ):
         qualname = f"{owner}.{called}"
-        source = f"{define} {called}({bound.header}):\n" + body.replace("{finish}", finish) + planned(run)
-        namespace = {**bound.namespace, "_op": op, "_Plan": Plan, "_then": then, "_type": type}
+        source = f"{define} {called}({bound.header}):\n" + body.replace("{dispatch}", dispatch).replace("{finish}", finish) + planned(run)
+        namespace = {**bound.namespace, "_op": op, "_Plan": Plan, "_then": then, "_type": type, "_NativeOp": _native.NativeOp}
         namespace |= {"_finish": finish_sync, "_finish_async": finish_async}
         namespace["_fb"] = _check.binder(op, qualname, skip=1)
         fn = _check.generated(source, called, namespace, qualname)

@@ -112,6 +112,7 @@ class HeartFleet:
         "_holds_receipts",
         "_memory",
         "_kept",
+        "_direct",
         "_store_timeout",
         "max_retries",
         "__weakref__",
@@ -154,6 +155,17 @@ class HeartFleet:
         # On a store object the lease cycle is started with typed values and answers the
         # core's values, unless its receipts commit with its writes (the checked path).
         self._kept = not self._memory and not self._holds_receipts
+        # A store object's lease cycle is answered inside Rust, through the store bound to the
+        # native fleet: one native call an operation of the blocking API (a blocking store's),
+        # and of the asyncio API while the store answers without suspending.
+        self._direct = self._memory or (self._kept and not self._async_store)
+        if self._kept:
+            self._native.bind_store(
+                _driver._store_method(self),
+                None if self._async_store else _driver._settle,
+                _driver._settle_awaited,
+                not self._text_store,
+            )
 
     @property
     def store(self) -> Any:
