@@ -93,7 +93,13 @@ struct BoundStore {
     settle: Option<Py<PyAny>>,
     settle_awaited: Py<PyAny>,
     typed: bool,
+    /// The `StoreRequest` object the store handed back last, which the next request refills.
+    spare: Spare,
 }
+
+/// A `StoreRequest` object kept for the next request, once its store let go of it: one
+/// object per fleet instead of one made and freed per request.
+type Spare = Mutex<Option<Py<StoreRequest>>>;
 
 impl BoundStore {
     /// The store and its `settle`, for the blocking API (a blocking store's).
@@ -146,7 +152,7 @@ impl NativeFleet {
         typed: bool,
     ) -> PyResult<()> {
         self.store
-            .set(BoundStore { method, settle, settle_awaited, typed })
+            .set(BoundStore { method, settle, settle_awaited, typed, spare: Mutex::new(None) })
             .map_err(|_| coded(ErrorCode::InvalidState, "the fleet's store is already bound"))
     }
 
@@ -373,7 +379,7 @@ impl NativeFleet {
     ) -> PyResult<Option<Py<PyAny>>> {
         let op = self.start(py, call)?;
         let typed = self.store.get().is_some_and(|s| s.typed);
-        op.answer_store(py, method, settle, typed)?;
+        op.answer_store(py, method, settle, typed, self.store.get().map(|s| &s.spare))?;
         match op.finished(py)? {
             Some(result) => Ok(Some(result)),
             None => Ok(Some(Py::new(py, op)?.into_any())),
@@ -388,7 +394,13 @@ impl NativeFleet {
     fn start_driven(&self, py: Python<'_>, call: bridge::Call) -> PyResult<Py<PyAny>> {
         let op = self.start(py, call)?;
         if let Some(store) = self.store.get() {
-            match op.drive_store_async(py, store.method.bind(py), store.settle_awaited.bind(py), store.typed) {
+            match op.drive_async(
+                py,
+                store.method.bind(py),
+                store.settle_awaited.bind(py),
+                store.typed,
+                Some(&store.spare),
+            ) {
                 Ok(None) => {
                     if let Some(result) = op.finished(py)? {
                         return Ok(result);
@@ -508,17 +520,28 @@ impl NativeOp {
     /// The request of the current need as the store takes it (a `StoreRequest` handed out
     /// when `typed`, else its text), or `None` when the operation is done or needs something
     /// other than the store.
-    fn next_request<'py>(&self, py: Python<'py>, typed: bool) -> PyResult<Option<Bound<'py, PyAny>>> {
+    /// A typed request goes out in the `spare` object when there is one.
+    fn next_request<'py>(
+        &self,
+        py: Python<'py>,
+        typed: bool,
+        spare: Option<&Spare>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let mut op = locked(&self.inner)?;
         if op.is_done() || op.store_request().is_none() {
             return Ok(None);
         }
         // Typed, the request is handed out (the check above says there is one).
-        let taken = if typed { op.take_store_request() } else { None };
-        Ok(Some(match taken {
-            Some(taken) => Bound::new(py, StoreRequest::from_core(taken))?.into_any(),
-            None => PyString::new(py, op.request()).into_any(),
-        }))
+        let Some(mut taken) = (if typed { op.take_store_request() } else { None }) else {
+            return Ok(Some(PyString::new(py, op.request()).into_any()));
+        };
+        if let Some(shell) = spare.and_then(|s| locked(s).ok()?.take()) {
+            match StoreRequest::refill(shell.bind(py), taken) {
+                None => return Ok(Some(shell.into_bound(py).into_any())),
+                Some(back) => taken = back,
+            }
+        }
+        Ok(Some(Bound::new(py, StoreRequest::from_core(taken))?.into_any()))
     }
 
     /// Answers the store requests with `method` while the operation needs the store (see
@@ -529,10 +552,11 @@ impl NativeOp {
         method: &Bound<'_, PyAny>,
         settle: &Bound<'_, PyAny>,
         typed: bool,
+        spare: Option<&Spare>,
     ) -> PyResult<()> {
-        while let Some(request) = self.next_request(py, typed)? {
+        while let Some(request) = self.next_request(py, typed, spare)? {
             let outcome = method.call1((&request,));
-            self.give_back(&request)?;
+            self.give_back(&request, spare)?;
             self.resume_with(py, method, settle, outcome)?;
         }
         Ok(())
@@ -541,13 +565,53 @@ impl NativeOp {
     /// Hands a typed request back to the operation once its store is done with it, when
     /// nothing else holds it (the store kept no reference): the operation's next of its kind
     /// refits it instead of building it anew.
-    fn give_back(&self, request: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// The emptied object is kept in `spare` for the next request.
+    fn give_back(&self, request: &Bound<'_, PyAny>, spare: Option<&Spare>) -> PyResult<()> {
         if let Ok(typed) = request.cast::<StoreRequest>()
             && let Some(core) = StoreRequest::take_unshared(typed)
         {
             locked(&self.inner)?.give_back_request(core);
+            if let Some(spare) = spare {
+                *locked(spare)? = Some(typed.clone().unbind());
+            }
         }
         Ok(())
+    }
+
+    /// [`NativeOp::drive_store_async`]'s loop, its requests handed out in `spare` when there
+    /// is one (see [`NativeOp::next_request`]).
+    fn drive_async(
+        &self,
+        py: Python<'_>,
+        method: &Bound<'_, PyAny>,
+        settle: &Bound<'_, PyAny>,
+        typed: bool,
+        spare: Option<&Spare>,
+    ) -> PyResult<Option<Suspended>> {
+        let coroutine = COROUTINE_TYPE.import(py, "types", "CoroutineType")?;
+        loop {
+            let Some(request) = self.next_request(py, typed, spare)? else { return Ok(None) };
+            let called = Instant::now();
+            let outcome = match method.call1((&request,)) {
+                Ok(v) if v.get_type().is(coroutine) => match send_none(&v) {
+                    Ok(Sent::Yielded(signal)) => {
+                        return Ok(Some((v.unbind(), signal.unbind(), called.elapsed().as_secs_f64())));
+                    }
+                    Ok(Sent::Returned(answer)) => Ok(answer),
+                    Err(e) => Err(e),
+                },
+                Ok(v)
+                    if !v.is_instance_of::<StoreAnswer>()
+                        && !v.is_instance_of::<PyString>()
+                        && ISAWAITABLE.import(py, "inspect", "isawaitable")?.call1((&v,))?.is_truthy()? =>
+                {
+                    return Ok(Some((v.unbind(), py.None(), called.elapsed().as_secs_f64())));
+                }
+                other => other,
+            };
+            self.give_back(&request, spare)?;
+            self.resume_with(py, method, settle, outcome)?;
+        }
     }
 
     /// Resumes the operation with what its store's method gave: a `StoreAnswer` or text as
@@ -734,7 +798,7 @@ impl NativeOp {
         settle: &Bound<'_, PyAny>,
         typed: bool,
     ) -> PyResult<String> {
-        self.answer_store(py, method, settle, typed)?;
+        self.answer_store(py, method, settle, typed, None)?;
         Ok(locked(&self.inner)?.need().to_owned())
     }
 
@@ -747,7 +811,7 @@ impl NativeOp {
         settle: &Bound<'_, PyAny>,
         typed: bool,
     ) -> PyResult<Option<Py<PyAny>>> {
-        self.answer_store(py, method, settle, typed)?;
+        self.answer_store(py, method, settle, typed, None)?;
         self.finished(py)
     }
 
@@ -779,30 +843,7 @@ impl NativeOp {
         if let Some(left) = locked(&self.left)?.take() {
             return left.map(Some);
         }
-        let coroutine = COROUTINE_TYPE.import(py, "types", "CoroutineType")?;
-        loop {
-            let Some(request) = self.next_request(py, typed)? else { return Ok(None) };
-            let called = Instant::now();
-            let outcome = match method.call1((&request,)) {
-                Ok(v) if v.get_type().is(coroutine) => match send_none(&v) {
-                    Ok(Sent::Yielded(signal)) => {
-                        return Ok(Some((v.unbind(), signal.unbind(), called.elapsed().as_secs_f64())));
-                    }
-                    Ok(Sent::Returned(answer)) => Ok(answer),
-                    Err(e) => Err(e),
-                },
-                Ok(v)
-                    if !v.is_instance_of::<StoreAnswer>()
-                        && !v.is_instance_of::<PyString>()
-                        && ISAWAITABLE.import(py, "inspect", "isawaitable")?.call1((&v,))?.is_truthy()? =>
-                {
-                    return Ok(Some((v.unbind(), py.None(), called.elapsed().as_secs_f64())));
-                }
-                other => other,
-            };
-            self.give_back(&request)?;
-            self.resume_with(py, method, settle, outcome)?;
-        }
+        self.drive_async(py, method, settle, typed, None)
     }
 
     /// Whether the operation finished.

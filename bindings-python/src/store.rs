@@ -8,7 +8,7 @@
 //! of that copy see, never what the core executes or resumes with); `to_dict()` gives a copy
 //! of its own.
 
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use heart_fleet_core::memory::op_name;
 use heart_fleet_core::{StoreAnswer as CoreAnswer, StoreReply as CoreReply, StoreRequest as CoreRequest};
@@ -17,12 +17,17 @@ use pyo3::types::{PyBool, PyDict};
 use serde::Serialize;
 
 /// The JSON shape of a typed value, read lazily: `json.loads` of its text, so the keys come
-/// in the order the JSON text has them, as the dict of the text contract did.
-struct Shape(OnceLock<Py<PyDict>>);
+/// in the order the JSON text has them, as the dict of the text contract did. Cleared when
+/// the object is refilled ([`StoreRequest::refill`]).
+struct Shape(Mutex<Option<Py<PyDict>>>);
 
 impl Shape {
     fn new() -> Shape {
-        Shape(OnceLock::new())
+        Shape(Mutex::new(None))
+    }
+
+    fn read(&self) -> MutexGuard<'_, Option<Py<PyDict>>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn fresh<'py>(py: Python<'py>, value: &impl Serialize) -> PyResult<Bound<'py, PyDict>> {
@@ -31,12 +36,13 @@ impl Shape {
     }
 
     fn get<'py>(&self, py: Python<'py>, value: &impl Serialize) -> PyResult<Bound<'py, PyDict>> {
-        if let Some(d) = self.0.get() {
+        if let Some(d) = &*self.read() {
             return Ok(d.bind(py).clone());
         }
+        // Made without the lock held (json.loads is Python). Another thread may have read it
+        // first; either dict has the same content.
         let d = Shape::fresh(py, value)?;
-        // Another thread may have read it first; either dict has the same content.
-        Ok(self.0.get_or_init(|| d.clone().unbind()).bind(py).clone())
+        Ok(self.read().get_or_insert_with(|| d.unbind()).bind(py).clone())
     }
 }
 
@@ -167,6 +173,19 @@ pub struct StoreRequest {
 impl StoreRequest {
     pub(crate) fn from_core(core: CoreRequest) -> StoreRequest {
         StoreRequest { core: Held::new(core), shape: Shape::new() }
+    }
+
+    /// Puts `core` in `shell`, a request object its holder alone refers to (see [`Held`]),
+    /// in place of what it held: the next request of a store object goes out in the object
+    /// the last one came back in. `core` comes back (`Some`) when something else refers to
+    /// `shell`.
+    pub(crate) fn refill(shell: &Bound<'_, StoreRequest>, core: CoreRequest) -> Option<CoreRequest> {
+        if !unshared(shell) {
+            return Some(core);
+        }
+        *shell.get().core.get() = core;
+        *shell.get().shape.read() = None;
+        None
     }
 
     /// The request, taken out when `request` is referred to by its holder alone (see

@@ -468,6 +468,45 @@ def test_what_a_store_keeps_of_its_requests_and_answers_reads_as_it_did(memory: 
             assert answer["reply"]["kind"] != "now" and request.op != "now"
 
 
+def test_a_store_reading_each_request_as_a_mapping_reads_that_request(memory: hf.MemoryLeaseStore) -> None:
+    # A store that lets go of its requests gets the next one in the same object, refilled:
+    # what it reads through the mapping is the request of that call, never the one before.
+    class Reading:
+        def __init__(self) -> None:
+            self.read: list[tuple[dict[str, object], dict[str, object]]] = []
+
+        def mapped(self, request: hf.StoreRequest) -> hf.StoreAnswer:
+            self.read.append(({k: request[k] for k in request}, request.to_dict()))
+            return memory.execute(request)
+
+    class Blocking(Reading):
+        def execute(self, request: hf.StoreRequest) -> hf.StoreAnswer:
+            return self.mapped(request)
+
+    class Asyncio(Reading):
+        async def execute(self, request: hf.StoreRequest) -> hf.StoreAnswer:
+            return self.mapped(request)
+
+    blocking, asyncio_store = Blocking(), Asyncio()
+    heart, aheart = hf.HeartFleet(blocking), hf.HeartFleet(asyncio_store)
+    run = heart.ensure_resource_run("reading", "cycle").run
+
+    async def cycle() -> None:
+        a = await aheart.acquire_async(run.id, "w", 60)
+        assert a.fence is not None and await aheart.verify_fence_async(a.fence)
+        assert await aheart.release_async(a.fence, "ready") is not None
+
+    a = heart.acquire(run.id, "w", 60)
+    assert a.fence is not None and heart.verify_fence(a.fence)
+    assert heart.release(a.fence, "ready") is not None
+    asyncio.run(cycle())
+    for store in (blocking, asyncio_store):
+        assert len(store.read) >= 3
+        for mapped, made in store.read:
+            assert mapped == made
+        assert store.read[0][0] != store.read[1][0]  # acquire's write, then verify's
+
+
 def test_a_store_may_answer_a_store_request_in_the_json_shape(memory: hf.MemoryLeaseStore) -> None:
     store = Recording(memory, as_dict=True)
     heart = hf.HeartFleet(store)

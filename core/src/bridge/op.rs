@@ -287,10 +287,17 @@ fn build(call: Call, cfg: FleetConfig, compact: bool) -> Box<dyn DynOp + Send> {
 /// Writes a step as JSON text, with the receipts waiting for a sink.
 pub(super) fn step_json(step: &Step<String>, pending: Vec<HeartReceipt>) -> String {
     let mut out = match step {
-        Step::Done(Ok(v)) => format!("{{\"done\":true,\"ok\":{v}"),
+        Step::Done(Ok(v)) => {
+            // Sized for the closing brace; no formatting machinery (a kept result's step).
+            let mut out = String::with_capacity(v.len() + 24);
+            out.push_str("{\"done\":true,\"ok\":");
+            out.push_str(v);
+            out
+        }
         Step::Done(Err(e)) => {
             format!("{{\"done\":true,\"error\":{}", json!({ "code": e.code.as_str(), "message": e.message }))
         }
+        Step::Need(Need::Store(_)) if pending.is_empty() => return "{\"need\":\"store\"}".to_owned(),
         Step::Need(Need::Store(_)) => "{\"need\":\"store\"".to_owned(),
         Step::Need(Need::RecordOnce { run_id, effect_key }) => {
             format!("{{\"need\":\"recordOnce\",\"runId\":{},\"effectKey\":{}", json!(run_id), json!(effect_key))
