@@ -909,8 +909,9 @@ impl NativeMemoryStore {
     }
 
     /// Executes one `StoreRequest` as it is and returns its `StoreAnswer`, without JSON.
-    fn execute(&self, request: &StoreRequest) -> PyResult<StoreAnswer> {
-        self.inner.execute(&request.core.get()).map(StoreAnswer::from_core).map_err(py_err)
+    fn execute<'py>(&self, py: Python<'py>, request: &StoreRequest) -> PyResult<Bound<'py, StoreAnswer>> {
+        let answer = self.inner.execute(&request.core.get()).map_err(py_err)?;
+        StoreAnswer::object(py, answer)
     }
 
     /// Executes one StoreRequest (JSON text) and returns the StoreAnswer (JSON text).

@@ -73,11 +73,12 @@ fn cell(dialect: &str, v: &Bound<'_, PyAny>) -> PyResult<SqlValue> {
 /// statement in order, `(column names, rows)`, each row a sequence (a tuple or a list) of cells in the names'
 /// order. Rows the core cannot read are a `StoreProtocolError`.
 #[pyfunction]
-pub(crate) fn sql_answer(
+pub(crate) fn sql_answer<'py>(
+    py: Python<'py>,
     request: &StoreRequest,
     dialect: &str,
     results: Vec<StatementRows<'_>>,
-) -> PyResult<StoreAnswer> {
+) -> PyResult<Bound<'py, StoreAnswer>> {
     let dialect_of = heart_fleet_core::bridge::dialect(dialect).map_err(py_err)?;
     let mut sets = Vec::with_capacity(results.len());
     for (names, rows) in results {
@@ -99,7 +100,8 @@ pub(crate) fn sql_answer(
         }
         sets.push(set);
     }
-    sql::decode(&request.core.get(), dialect_of, sets).map(StoreAnswer::from_core).map_err(py_err)
+    let answer = sql::decode(&request.core.get(), dialect_of, sets).map_err(py_err)?;
+    StoreAnswer::object(py, answer)
 }
 
 /// The [`StoreRequest`] of a request's JSON text (a SQL store's `execute_json`); text that

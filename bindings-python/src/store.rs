@@ -212,21 +212,44 @@ pub struct StoreAnswer {
     shape: Shape,
 }
 
+/// One emptied `StoreAnswer` object, kept for the next answer a Rust store makes: an answer
+/// whose rows an operation took goes here instead of being freed (a free list of one, as
+/// CPython keeps for its own small objects). Only ever touched with the GIL held.
+static SPARE_ANSWER: Mutex<Option<Py<StoreAnswer>>> = Mutex::new(None);
+
+fn spare_answer() -> MutexGuard<'static, Option<Py<StoreAnswer>>> {
+    SPARE_ANSWER.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl StoreAnswer {
-    pub(crate) fn from_core(core: CoreAnswer) -> StoreAnswer {
-        StoreAnswer { core: Held::new(core), shape: Shape::new() }
+    /// `core` as a Python object: the spare one refilled when there is one (see
+    /// [`SPARE_ANSWER`]), else a new one.
+    pub(crate) fn object(py: Python<'_>, core: CoreAnswer) -> PyResult<Bound<'_, StoreAnswer>> {
+        let spare = spare_answer().take().map(|shell| shell.into_bound(py));
+        match spare {
+            // Nothing else refers to it (a store that kept the answer keeps its own object).
+            Some(shell) if unshared(&shell) => {
+                *shell.get().core.get() = core;
+                *shell.get().shape.read() = None;
+                Ok(shell)
+            }
+            _ => Bound::new(py, StoreAnswer { core: Held::new(core), shape: Shape::new() }),
+        }
     }
 
     /// The answer: moved out when `answer` is referred to by its holder alone (see
-    /// [`Held`]), else a copy.
+    /// [`Held`]), the emptied object then kept as the spare; else a copy.
     pub(crate) fn take_or_copy(answer: &Bound<'_, StoreAnswer>) -> CoreAnswer {
-        let mut held = answer.get().core.get();
-        if unshared(answer) {
+        if !unshared(answer) {
+            return answer.get().core.get().clone();
+        }
+        let taken = {
+            let mut held = answer.get().core.get();
             let reply = std::mem::replace(&mut held.reply, CoreReply::Now);
             CoreAnswer { now: held.now, reply }
-        } else {
-            held.clone()
-        }
+        };
+        *spare_answer() = Some(answer.clone().unbind());
+        taken
     }
 }
 

@@ -468,16 +468,20 @@ def test_what_a_store_keeps_of_its_requests_and_answers_reads_as_it_did(memory: 
             assert answer["reply"]["kind"] != "now" and request.op != "now"
 
 
-def test_a_store_reading_each_request_as_a_mapping_reads_that_request(memory: hf.MemoryLeaseStore) -> None:
-    # A store that lets go of its requests gets the next one in the same object, refilled:
-    # what it reads through the mapping is the request of that call, never the one before.
+def test_a_store_reading_each_request_and_answer_as_a_mapping_reads_that_one(memory: hf.MemoryLeaseStore) -> None:
+    # A store that lets go of its requests gets the next one in the same object, refilled,
+    # and the memory store's answers reuse the object of one whose rows an operation took:
+    # what a store reads through the mapping is the value of that call, never the one before.
     class Reading:
         def __init__(self) -> None:
             self.read: list[tuple[dict[str, object], dict[str, object]]] = []
+            self.answers: list[tuple[dict[str, object], dict[str, object]]] = []
 
         def mapped(self, request: hf.StoreRequest) -> hf.StoreAnswer:
             self.read.append(({k: request[k] for k in request}, request.to_dict()))
-            return memory.execute(request)
+            answer = memory.execute(request)
+            self.answers.append(({k: answer[k] for k in answer}, answer.to_dict()))
+            return answer
 
     class Blocking(Reading):
         def execute(self, request: hf.StoreRequest) -> hf.StoreAnswer:
@@ -501,10 +505,11 @@ def test_a_store_reading_each_request_as_a_mapping_reads_that_request(memory: hf
     assert heart.release(a.fence, "ready") is not None
     asyncio.run(cycle())
     for store in (blocking, asyncio_store):
-        assert len(store.read) >= 3
-        for mapped, made in store.read:
+        assert len(store.read) >= 3 and len(store.answers) == len(store.read)
+        for mapped, made in store.read + store.answers:
             assert mapped == made
         assert store.read[0][0] != store.read[1][0]  # acquire's write, then verify's
+        assert store.answers[0][0] != store.answers[1][0]  # the row after, then a hit
 
 
 def test_a_store_may_answer_a_store_request_in_the_json_shape(memory: hf.MemoryLeaseStore) -> None:
