@@ -519,8 +519,8 @@ impl NativeOp {
 
     /// The request of the current need as the store takes it (a `StoreRequest` handed out
     /// when `typed`, else its text), or `None` when the operation is done or needs something
-    /// other than the store.
-    /// A typed request goes out in the `spare` object when there is one.
+    /// other than the store. A typed request goes out in the object kept in `spare`, when
+    /// there is one.
     fn next_request<'py>(
         &self,
         py: Python<'py>,
@@ -564,8 +564,8 @@ impl NativeOp {
 
     /// Hands a typed request back to the operation once its store is done with it, when
     /// nothing else holds it (the store kept no reference): the operation's next of its kind
-    /// refits it instead of building it anew.
-    /// The emptied object is kept in `spare` for the next request.
+    /// refits it instead of building it anew, and the emptied object is kept in `spare`,
+    /// when given, for the fleet's next request.
     fn give_back(&self, request: &Bound<'_, PyAny>, spare: Option<&Spare>) -> PyResult<()> {
         if let Ok(typed) = request.cast::<StoreRequest>()
             && let Some(core) = StoreRequest::take_unshared(typed)
