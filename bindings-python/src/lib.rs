@@ -42,7 +42,9 @@ use std::time::Instant;
 
 use heart_fleet_core::bridge::{self, TypedOutcome};
 use heart_fleet_core::{ErrorCode, HeartError};
+use pyo3::PyTraverseError;
 use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError};
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyInt, PyString, PyType};
@@ -352,6 +354,23 @@ impl NativeFleet {
     /// How many receipts are kept.
     fn receipt_count(&self) -> PyResult<usize> {
         Ok(locked(&self.inner)?.receipt_count())
+    }
+
+    /// The Python objects the fleet holds (its sink and scheduler, its bound store's method
+    /// and `settle`s), for the garbage collector: a store or a sink that refers back to its
+    /// `HeartFleet` makes a cycle through this object, which the collector can then free
+    /// (by clearing the `HeartFleet`'s slots; nothing here needs clearing).
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some((sink, schedule)) = self.sink.get() {
+            visit.call(sink)?;
+            visit.call(schedule)?;
+        }
+        if let Some(store) = self.store.get() {
+            visit.call(&store.method)?;
+            visit.call(&store.settle)?;
+            visit.call(&store.settle_awaited)?;
+        }
+        Ok(())
     }
 }
 

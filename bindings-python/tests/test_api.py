@@ -5,10 +5,12 @@ the outbox, liveness, operator actions, canonical JSON and typed results."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import threading
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -510,6 +512,32 @@ def test_a_store_reading_each_request_and_answer_as_a_mapping_reads_that_one(mem
             assert mapped == made
         assert store.read[0][0] != store.read[1][0]  # acquire's write, then verify's
         assert store.answers[0][0] != store.answers[1][0]  # the row after, then a hit
+
+
+@pytest.mark.parametrize("refers_back", ["store", "sink"])
+def test_a_fleet_its_store_or_sink_refers_back_to_is_freed_by_the_collector(refers_back: str) -> None:
+    # The native fleet holds the store's method and the sink: a store or a sink that holds
+    # its HeartFleet makes a cycle through it, which the garbage collector must see.
+    class Store:
+        def __init__(self) -> None:
+            self.memory = hf.MemoryLeaseStore(T0)
+            self.heart: hf.HeartFleet | None = None
+
+        def execute(self, request: hf.StoreRequest) -> hf.StoreAnswer:
+            return self.memory.execute(request)
+
+    def made() -> weakref.ref[hf.HeartFleet]:
+        store = Store()
+        heart = hf.HeartFleet(store, on_receipt=(lambda r: heart.metrics) if refers_back == "sink" else None)
+        if refers_back == "store":
+            store.heart = heart
+        run = heart.ensure_resource_run("cycle", refers_back).run
+        assert heart.acquire(run.id, "w", 60).acquired
+        return weakref.ref(heart)
+
+    freed = made()
+    gc.collect()
+    assert freed() is None
 
 
 def test_a_store_may_answer_a_store_request_in_the_json_shape(memory: hf.MemoryLeaseStore) -> None:
