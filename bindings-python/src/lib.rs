@@ -103,13 +103,6 @@ struct BoundStore {
 /// object per fleet instead of one made and freed per request.
 type Spare = Mutex<Option<Py<StoreRequest>>>;
 
-impl BoundStore {
-    /// The store and its `settle`, for the blocking API (a blocking store's).
-    fn blocking<'a, 'py>(&'a self, py: Python<'py>) -> Option<(&'a Bound<'py, PyAny>, &'a Bound<'py, PyAny>)> {
-        Some((self.method.bind(py), self.settle.as_ref()?.bind(py)))
-    }
-}
-
 #[pymethods]
 impl NativeFleet {
     /// A fleet with retry ceiling `max_retries` (`None`: never quarantine). With `sink`,
@@ -191,7 +184,7 @@ impl NativeFleet {
         else {
             return Ok(None);
         };
-        if let Some(store) = self.store.get().and_then(|s| s.blocking(py)) {
+        if let Some(store) = self.blocking_store() {
             let call = bridge::Call::Acquire { run_id: run_id.to_owned(), owner: owner.to_owned(), ttl_seconds: ttl };
             return self.through(py, store, call);
         }
@@ -211,7 +204,7 @@ impl NativeFleet {
         if !(1..=heart_fleet_core::ops::MAX_TTL_SECONDS).contains(&ttl) {
             return Ok(None); // the checked path names the package's argument
         }
-        if let Some(store) = self.store.get().and_then(|s| s.blocking(py)) {
+        if let Some(store) = self.blocking_store() {
             return self.through(py, store, bridge::Call::Renew { fence: fence.into_owned(), ttl_seconds: ttl });
         }
         let outcome = locked(&self.inner)?.renew_typed(&fence, ttl);
@@ -229,7 +222,7 @@ impl NativeFleet {
     ) -> PyResult<Option<Py<PyAny>>> {
         let (Some(fence), Some(to)) = (plain_token(fence), plain_text(next_status)) else { return Ok(None) };
         let Ok(next_status) = heart_fleet_core::ops::ReleaseTo::parse(to) else { return Ok(None) };
-        if let Some(store) = self.store.get().and_then(|s| s.blocking(py)) {
+        if let Some(store) = self.blocking_store() {
             return self.through(py, store, bridge::Call::Release { fence: fence.into_owned(), next_status });
         }
         let outcome = locked(&self.inner)?.release_typed(&fence, to);
@@ -299,7 +292,7 @@ impl NativeFleet {
     /// or `None` as for [`NativeFleet::renew`].
     fn verify_fence(&self, py: Python<'_>, fence: &Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> {
         let Some(fence) = plain_token(fence) else { return Ok(None) };
-        if let Some(store) = self.store.get().and_then(|s| s.blocking(py)) {
+        if let Some(store) = self.blocking_store() {
             return self.through(py, store, bridge::Call::VerifyFence { fence: fence.into_owned() });
         }
         let outcome = locked(&self.inner)?.verify_fence_typed(&fence);
@@ -375,6 +368,13 @@ impl NativeFleet {
 }
 
 impl NativeFleet {
+    /// The bound store, when the blocking API may call it (a blocking store: it has the
+    /// blocking `settle`).
+    fn blocking_store(&self) -> Option<(&BoundStore, &Py<PyAny>)> {
+        let store = self.store.get()?;
+        Some((store, store.settle.as_ref()?))
+    }
+
     /// Starts `call` with its result kept as the core's value, hands over the receipts that
     /// produced, and gives the operation to drive.
     fn start(&self, py: Python<'_>, call: bridge::Call) -> PyResult<NativeOp> {
@@ -387,18 +387,17 @@ impl NativeFleet {
         Ok(NativeOp::new(op, fleet, sink))
     }
 
-    /// Starts `call` and drives it through `store` as `NativeOp.finish_store` does: its
-    /// result (its error raised), or the operation when it needs more than the store. The
-    /// operation becomes a Python object only then.
+    /// Starts `call` and drives it through `store` with its blocking `settle`, as
+    /// `NativeOp.drive_store` does: its result (its error raised), or the operation when it
+    /// needs more than the store. The operation becomes a Python object only then.
     fn through(
         &self,
         py: Python<'_>,
-        (method, settle): (&Bound<'_, PyAny>, &Bound<'_, PyAny>),
+        (store, settle): (&BoundStore, &Py<PyAny>),
         call: bridge::Call,
     ) -> PyResult<Option<Py<PyAny>>> {
         let op = self.start(py, call)?;
-        let typed = self.store.get().is_some_and(|s| s.typed);
-        op.answer_store(py, method, settle, typed, self.store.get().map(|s| &s.spare))?;
+        op.answer_store(py, store.method.bind(py), settle.bind(py), store.typed, Some(&store.spare))?;
         match op.finished(py)? {
             Some(result) => Ok(Some(result)),
             None => Ok(Some(Py::new(py, op)?.into_any())),
@@ -819,19 +818,6 @@ impl NativeOp {
     ) -> PyResult<String> {
         self.answer_store(py, method, settle, typed, None)?;
         Ok(locked(&self.inner)?.need().to_owned())
-    }
-
-    /// [`NativeOp::drive_store`], then what [`NativeOp::finished`] gives: the blocking path
-    /// of an operation on a store object in one call.
-    fn finish_store(
-        &self,
-        py: Python<'_>,
-        method: &Bound<'_, PyAny>,
-        settle: &Bound<'_, PyAny>,
-        typed: bool,
-    ) -> PyResult<Option<Py<PyAny>>> {
-        self.answer_store(py, method, settle, typed, None)?;
-        self.finished(py)
     }
 
     /// The result once the operation is done, as [`NativeOp::result`] gives it (its error

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 /// The JSON shape of a typed value, read lazily: `json.loads` of its text, so the keys come
 /// in the order the JSON text has them, as the dict of the text contract did. Cleared when
-/// the object is refilled ([`StoreRequest::refill`]).
+/// the object is reused ([`refill`]).
 struct Shape(Mutex<Option<Py<PyDict>>>);
 
 impl Shape {
@@ -73,6 +73,13 @@ fn unshared<T: pyo3::PyClass>(object: &Bound<'_, T>) -> bool {
     // SAFETY: `object` is a live object (the Bound holds a reference, the GIL is held);
     // Py_REFCNT only reads its count.
     unsafe { pyo3::ffi::Py_REFCNT(object.as_ptr()) == 1 }
+}
+
+/// Puts `value` in an object its holder alone refers to, in place of what it held, and
+/// forgets the old value's shape: how both classes' objects are reused.
+fn refill<T>(core: &Held<T>, shape: &Shape, value: T) {
+    *core.get() = value;
+    *shape.read() = None;
 }
 
 fn text_of(value: &impl Serialize) -> String {
@@ -183,8 +190,7 @@ impl StoreRequest {
         if !unshared(shell) {
             return Some(core);
         }
-        *shell.get().core.get() = core;
-        *shell.get().shape.read() = None;
+        refill(&shell.get().core, &shell.get().shape, core);
         None
     }
 
@@ -229,8 +235,7 @@ impl StoreAnswer {
         match spare {
             // Nothing else refers to it (a store that kept the answer keeps its own object).
             Some(shell) if unshared(&shell) => {
-                *shell.get().core.get() = core;
-                *shell.get().shape.read() = None;
+                refill(&shell.get().core, &shell.get().shape, core);
                 Ok(shell)
             }
             _ => Bound::new(py, StoreAnswer { core: Held::new(core), shape: Shape::new() }),

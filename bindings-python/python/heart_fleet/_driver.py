@@ -494,21 +494,18 @@ async def drive_async(fleet: Fleetlike, kind: str, args_text: str, host: Host | 
 
 
 def finish_sync(fleet: Fleetlike, op: Any) -> Any:
-    """Drives an operation the native fleet started with its result kept (``acquire`` and
-    its siblings, on a store object whose receipts are not held) and gave back unfinished,
-    with blocking calls: its value, built in Rust, or its coded error raised. (An asyncio
-    store's operation never gets here: it is refused.)"""
-    _blocking(fleet)
-    result = op.finish_store(_store_method(fleet), _settle, not fleet._text_store)
-    if result is None:  # it needs more than the store
-        ok_of(run_sync(steps(fleet, op, None)))
-        result = op.result()
-    return result
+    """Finishes, with blocking calls, an operation the native fleet's ``acquire`` (or a
+    sibling) started with its result kept and gave back because it needs more than the store
+    (whose requests it answered already): its value, built in Rust, or its coded error
+    raised."""
+    ok_of(run_sync(steps(fleet, op, None)))
+    return op.result()
 
 
 async def finish_async(fleet: Fleetlike, op: Any) -> Any:
-    """:func:`finish_sync`, awaiting the store, for an operation a ``start_`` method gave back
-    (its store call suspended, it raised, or it needs more than the store). Its requests
+    """Finishes, awaiting the store, an operation a ``start_`` method gave back (its store
+    call suspended, it raised, or it needs more than the store): its value, or its coded
+    error raised, as :func:`finish_sync` gives it. Its requests
     are answered inside Rust while the store answers without suspending
     (``NativeOp.drive_store_async``, which first gives what the start left); one that suspends
     is awaited here within its deadline, counted from the call, as :func:`run_async` awaits
