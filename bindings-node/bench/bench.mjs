@@ -10,10 +10,15 @@
 //
 //   npm run bench              (about 2 s per task)
 //   node bench/bench.mjs --time 500
+//   node bench/bench.mjs --also <dir>   (also that build of this package, a worktree of an
+//                                        older commit with its own native module: its memory-
+//                                        store and four-method cycles, in the same process)
 //
 // Prints a Markdown table (for BENCHMARKS.md) and the ratios the issue aims at.
 
 import os from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { Bench } from 'tinybench';
 import { HeartFleet, MemoryLeaseStore, digest, canonicalize } from '../index.mjs';
 import { JsHeartFleet, JsMemoryLeaseStore, canonicalizeJs, sortedStringifyDigest } from './reference-js.mjs';
@@ -24,6 +29,8 @@ const arg = (name, dflt) => {
   return i >= 0 ? Number(process.argv[i + 1]) : dflt;
 };
 const time = arg('--time', 2000);
+const alsoAt = process.argv.indexOf('--also');
+const also = alsoAt >= 0 ? process.argv[alsoAt + 1] : null;
 const T0 = new Date('2026-07-30T00:00:00.000Z');
 const drop = () => {};
 
@@ -83,6 +90,19 @@ function bareCycle() {
   if (bare.releaseCompact(v[19], v[20], v[21], epoch, 'ready').charCodeAt(0) !== 82) throw new Error('bare: not released');
 }
 
+// The same two cycles through another build of this package (`--also`), for a side-by-side
+// comparison in one process.
+let other = null;
+if (also) {
+  const pkg = await import(pathToFileURL(path.join(path.resolve(also), 'index.mjs')).href);
+  const otherMem = new pkg.MemoryLeaseStore(T0);
+  const otherHeart = new pkg.HeartFleet({ store: otherMem, onReceipt: drop });
+  const { run: otherRun } = await otherHeart.ensureResourceRun('bench', 'cycle');
+  const otherMap = new MapLeaseStore(T0);
+  otherMap.insert({ id: 'run-map', status: 'ready', lease_owner: null, lease_expires_at: null, retries: 0, idempotency_key: 'heart:resource:bench-map' });
+  other = { memHeart: otherHeart, runId: otherRun.id, mapHeart: new pkg.HeartFleet({ store: otherMap, onReceipt: drop }) };
+}
+
 const cycles = new Bench({ name: 'lease cycle', time, warmupTime: 300 });
 cycles
   .add('pure JS (reference behaviour, async JS memory store)', async () => cycle(jsHeart, 'run-js', 'ready'))
@@ -96,6 +116,11 @@ cycles
   .add('heart-fleet + JS store object, async execute', async () => cycle(asyncHeart, run2.id, 'ready'))
   .add('heart-fleet + JS store object, async executeJson (text)', async () => cycle(textHeart, run4.id, 'ready'))
   .add("heart-fleet + the reference's four-method store over a JS Map", async () => cycle(mapHeart, 'run-map', 'ready'));
+if (other) {
+  cycles
+    .add(`--also ${also}: + Rust MemoryLeaseStore (sink)`, async () => cycle(other.memHeart, other.runId, 'ready'))
+    .add(`--also ${also}: + the four-method store over a JS Map`, async () => cycle(other.mapHeart, 'run-map', 'ready'));
+}
 
 // 2. canonicalize + digest
 const small = { event: 'acquired', runId: '00000000-0000-4000-8000-000000000001', owner: 'worker-A', leaseExpiresAt: '2026-07-30T00:01:00.000Z', effectKey: null };
@@ -150,6 +175,10 @@ console.log(
     `and ${(us(jsT) / us(textT)).toFixed(2)}× (async, JSON text) the pure-JS speed (aim ≥ 1×)`,
 );
 console.log(`cycle: over the reference's four-method store on a JS Map, ${(us(jsT) / us(mapT)).toFixed(2)}× the pure-JS speed (aim ≥ 1×)`);
+if (other) {
+  const [otherMemT, otherMapT] = cycles.tasks.slice(-2);
+  console.log(`--also ${also}: Rust memory store ${(us(jsT) / us(otherMemT)).toFixed(2)}×, four-method store ${(us(jsT) / us(otherMapT)).toFixed(2)}× the pure-JS speed`);
+}
 for (let i = 0; i < digests.tasks.length; i += 2) {
   const [ours, base] = [digests.tasks[i], digests.tasks[i + 1]];
   console.log(`digest: ${ours.name.replace('heart-fleet digest: ', '')}: ${(us(base) / us(ours)).toFixed(2)}× the baseline speed`);

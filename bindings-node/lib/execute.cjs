@@ -4,7 +4,7 @@
 const native = require('./native.cjs');
 const contract = require('./contract.cjs');
 const { HeartFleet, drive, driveStep } = require('./fleet.cjs');
-const { codedError, typeError, str, fence: fenceOf, opts: optsOf, describe, isThenable, messageOf, withExtras } = require('./util.cjs');
+const { codedError, typeError, str, fence: fenceOf, mintedFence, opts: optsOf, describe, isThenable, messageOf, withExtras } = require('./util.cjs');
 
 /** The reference's in-process ledger: a set of (runId, effectKey), kept by the core. Lost on restart. */
 class MemoryEffectLedger {
@@ -133,7 +133,7 @@ async function executeWithLease(heart, options, work) {
       done = { done: true, error: { code: 'store-unavailable', message: messageOf(e) } };
     }
     const cause = session.onRenewed(JSON.stringify({ ok: done.ok, error: done.error }), at);
-    if (done.ok && done.ok.outcome === 'ok') fence = Object.freeze(done.ok.value);
+    if (done.ok && done.ok.outcome === 'ok') fence = mintedFence(done.ok.value);
     lose(cause);
   };
   // One beat at a time, and never during the release: every renew and the release go

@@ -23,6 +23,7 @@ const {
   optInt,
   opts: optsOf,
   fence: fenceOf,
+  mintedFence,
   messageOf,
   isThenable,
   describe,
@@ -427,10 +428,6 @@ function maxRetriesOf(v) {
   return int('maxRetries', v, 0, U32);
 }
 
-function freezeFence(f) {
-  return f ? Object.freeze(f) : f;
-}
-
 const FLEET_OPTIONS = ['store', 'onReceipt', 'maxRetries', 'storeTimeoutMs', 'casRetries'];
 /** The options of each method that takes an options object (an unknown key is invalid input). */
 const RECLAIM_OPTIONS = ['limit'];
@@ -526,7 +523,7 @@ class HeartFleet {
     const r = this._memory
       ? compactValue(this, this[NATIVE].acquireCompact(runId, owner, ttlSeconds))
       : await drive(this, 'acquire', { runId, owner, ttlSeconds });
-    if (r.fence) Object.freeze(r.fence);
+    mintedFence(r.fence);
     return referenceShape(r, ACQUIRE_FIELDS);
   }
 
@@ -541,7 +538,7 @@ class HeartFleet {
     const r = this._memory
       ? compactValue(this, this[NATIVE].renewCompact(f.runId, f.owner, f.leaseExpiresAt, f.epoch, ttlSeconds))
       : await drive(this, 'renew', { fence: f, ttlSeconds });
-    if (r.outcome === 'ok') return { outcome: 'ok', value: freezeFence(r.value) };
+    if (r.outcome === 'ok') return { outcome: 'ok', value: mintedFence(r.value) };
     return { outcome: 'rejected', cause: r.cause, code: contract.lostCodes[r.cause] };
   }
 

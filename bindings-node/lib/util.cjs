@@ -191,11 +191,23 @@ function msOf(name, v) {
   return Date.parse(isoOf(name, v));
 }
 
+/** The tokens this package handed out: frozen as the core made them, so valid as they are. */
+const MINTED = new WeakSet();
+
+/** A token the core just made, frozen and remembered as one (`fence` then takes it as it is). */
+function mintedFence(f) {
+  if (f) MINTED.add(Object.freeze(f));
+  return f;
+}
+
 /**
  * A fencing token `{runId, owner, leaseExpiresAt, epoch?}` as JSON-ready plain data.
- * Tokens minted by the TypeScript package (no epoch) are accepted.
+ * Tokens minted by the TypeScript package (no epoch) are accepted. A token this package
+ * minted (`mintedFence`) is returned as it is: it is frozen, so it still holds the values
+ * the core gave it, and checking them again would only cost each renew, verify and release.
  */
 function fence(name, v) {
+  if (MINTED.has(v)) return v;
   if (v === null || typeof v !== 'object' || Array.isArray(v)) {
     throw typeError(`${name} must be a fencing token {runId, owner, leaseExpiresAt}, got ${describe(v)}`);
   }
@@ -285,6 +297,7 @@ module.exports = {
   isoOf,
   msOf,
   fence,
+  mintedFence,
   messageOf,
   isThenable,
 };

@@ -115,3 +115,25 @@ test('without a sink the compact path keeps the receipts in the fleet', async ()
     ['acquired', 'fence_verified', 'released'],
   );
 });
+
+test('a token the fleet handed out is taken as it is; a copy of it is checked again', async () => {
+  const mem = new MemoryLeaseStore(T0);
+  mem.insert({ id: 'r', status: 'ready', idempotency_key: 'k:r' });
+  const heart = new HeartFleet({ store: mem });
+  const { fence } = await heart.acquire('r', 'w', 60);
+  // Frozen: its values are the ones the core gave it, so they need no second check.
+  assert.ok(Object.isFrozen(fence));
+  assert.throws(() => {
+    fence.leaseExpiresAt = 'not a time';
+  }, TypeError);
+  assert.equal(await heart.verifyFence(fence), true);
+  // A copy is the caller's own object: a bad value in it is still bad input, not a token.
+  const bad = { ...fence, leaseExpiresAt: 'not a time' };
+  await assert.rejects(heart.verifyFence(bad), (e) => e instanceof TypeError && e.code === 'invalid-input');
+  await assert.rejects(heart.tryRelease({ ...fence, runId: 42 }, 'ready'), (e) => e instanceof TypeError && e.code === 'invalid-input');
+  // The renewed token is minted too, and the old one, still frozen, is now a stale token.
+  const renewed = await heart.renew(fence, 30);
+  assert.ok(Object.isFrozen(renewed));
+  assert.equal(await heart.verifyFence(fence), false);
+  assert.equal((await heart.release(renewed, 'completed')).status, 'completed');
+});
