@@ -8,7 +8,11 @@
 // the mean of 3 rounds of 2 s.
 //
 //   node bench/node-cycle.mjs
+//   node bench/node-cycle.mjs <dir>    (also another build of this package's pkg/, say one made
+//                                       from an older commit: its two cycles, interleaved too)
 
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import * as wasm from '../pkg/heart_fleet.js';
 import { cycle } from '../../../bindings-node/bench/cycle.mjs';
 import { JsHeartFleet, JsMemoryLeaseStore } from '../../../bindings-node/bench/reference-js.mjs';
@@ -56,6 +60,12 @@ const subjects = [
   ['heart-fleet-wasm (wasm-bindgen) + MemoryLeaseStore', await subject(wasm)],
   ["heart-fleet-wasm + the reference's four-method store over a JS Map", mapSubject(wasm)],
 ];
+if (process.argv[2]) {
+  const dir = path.resolve(process.argv[2]);
+  const other = await import(pathToFileURL(path.join(dir, 'heart_fleet.js')).href);
+  subjects.push([`heart-fleet-wasm at ${dir} + MemoryLeaseStore`, await subject(other)]);
+  subjects.push([`heart-fleet-wasm at ${dir} + the four-method store over a JS Map`, mapSubject(other)]);
+}
 try {
   const napi = await import('../../../bindings-node/index.mjs');
   subjects.push(['heart-fleet (napi-rs) + MemoryLeaseStore', await subject(napi)]);
