@@ -13,7 +13,7 @@ const native = require('./native.cjs');
 const { decodeAnswer } = require('./compact.cjs');
 const { MemoryLeaseStore, NATIVE } = require('./memory-store.cjs');
 const { PgLeaseStore } = require('./pg-store.cjs');
-const { LEASE_STORE_METHODS, missingMethods, referenceCalls, leaseStoreCall, referenceRequest, settle } = require('./reference-store.cjs');
+const { LEASE_STORE_METHODS, missingMethods, referenceCalls, leaseStoreCall, referenceRequest } = require('./reference-store.cjs');
 const {
   codedError,
   HeartFleetError,
@@ -260,7 +260,6 @@ async function driveOperation(fleet, op, host, storeFor, held, counted) {
     if (step.done) op.finished = true;
     if (step.receipts) deliver(fleet, step.receipts, held);
     if (step.done) {
-      if (calls) settle(calls);
       if (held) {
         const rolledBack = await settleHeld(held, counted);
         // An operation that failed already keeps its own error.

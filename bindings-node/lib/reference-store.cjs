@@ -32,7 +32,7 @@
 //    contract: those requests fail with code invalid-input naming what is missing.
 
 const native = require('./native.cjs');
-const { codedError, describe, messageOf, rethrowNative, isThenable, firstLine } = require('./util.cjs');
+const { codedError, describe, messageOf, rethrowNative, isThenable, firstLine, bounded } = require('./util.cjs');
 const { runRow } = require('./rows.cjs');
 const { separator } = require('./compact.cjs');
 const contract = require('./contract.cjs');
@@ -74,53 +74,16 @@ function protocol(message) {
 /**
  * The calls of one operation on a LeaseStore object: `rows` keeps each run's row as the
  * store last returned it (a write is conditioned on its values as read); `started` is when
- * the current store request began: its calls share one storeTimeoutMs, and one timer
- * (`timer`, made when a call first waits) bounds them all: it fails the call waiting then
- * (`waiting`, that call's reject) and marks the request `expired`. `who` names the store in
- * the errors of its calls.
+ * the current store request began: its calls share one storeTimeoutMs, each waited for at
+ * most what is left of it. `who` names the store in the errors of its calls.
  */
 function referenceCalls(store, { casRetries, timeoutMs, who = WHO }) {
-  return { store, who, casRetries, timeoutMs, rows: new Map(), started: Date.now(), timer: null, waiting: null, expired: false, requests: null };
+  return { store, who, casRetries, timeoutMs, rows: new Map(), started: Date.now(), requests: null };
 }
 
 /** A new store request begins: its own time budget. */
 function restart(calls) {
-  settle(calls);
   calls.started = Date.now();
-}
-
-/** The current request's timer, cleared (the request is over, or the operation). */
-function settle(calls) {
-  if (calls.timer !== null) clearTimeout(calls.timer);
-  calls.timer = null;
-  calls.waiting = null;
-  calls.expired = false;
-}
-
-/** Arms the current request's timer, once: `left` ms from now its time is up. */
-function arm(calls, left) {
-  if (calls.timer !== null) return;
-  calls.timer = setTimeout(() => {
-    calls.expired = true;
-    const reject = calls.waiting;
-    calls.waiting = null;
-    if (reject !== null) reject(new Error(`no answer within ${calls.timeoutMs} ms (storeTimeoutMs)`));
-  }, left);
-  if (typeof calls.timer === 'object' && typeof calls.timer.unref === 'function') calls.timer.unref();
-  else if (typeof globalThis.Deno?.unrefTimer === 'function') globalThis.Deno.unrefTimer(calls.timer);
-}
-
-/**
- * The answer of `pending` (a thenable a store method returned), failed when the request's
- * time is up first. One promise and one reaction per call, not `Promise.race` with a
- * promise of the timer's: the deadline cost about a tenth of a cycle over a JS Map that way.
- */
-function bounded(calls, pending, left) {
-  arm(calls, left);
-  return new Promise((resolve, reject) => {
-    calls.waiting = reject;
-    pending.then(resolve, reject);
-  });
 }
 
 /**
@@ -129,11 +92,10 @@ function bounded(calls, pending, left) {
  */
 async function call(calls, method, ...args) {
   const left = calls.timeoutMs - (Date.now() - calls.started);
-  // `expired`: the timer fired (it counts on the monotonic clock, Date.now on the wall clock).
-  if (left <= 0 || calls.expired) throw new Error(`${calls.who}.${method}: not called, the request ran out of time (storeTimeoutMs ${calls.timeoutMs})`);
+  if (left <= 0) throw new Error(`${calls.who}.${method}: not called, the request ran out of time (storeTimeoutMs ${calls.timeoutMs})`);
   try {
     const v = calls.store[method](...args);
-    return isThenable(v) ? await bounded(calls, v, left) : v;
+    return isThenable(v) ? await bounded(v, left, calls.timeoutMs) : v;
   } catch (e) {
     throw new Error(`${calls.who}.${method}: ${messageOf(e)}`);
   }
@@ -222,9 +184,7 @@ async function referenceRequest(calls, requestText) {
   } catch (e) {
     requests.resumeStoreError();
     return rethrowNative(e);
-  } finally {
-    settle(calls);
   }
 }
 
-module.exports = { LEASE_STORE_METHODS, missingMethods, isReferenceStore, fillRun, referenceCalls, leaseStoreCall, referenceRequest, settle };
+module.exports = { LEASE_STORE_METHODS, missingMethods, isReferenceStore, fillRun, referenceCalls, leaseStoreCall, referenceRequest };
